@@ -1,0 +1,202 @@
+"""SemanticCache: look up, write back and take feedback, composing index, store and policy.
+
+Isolation is enforced twice: the index filter only admits labels of the request's allowed
+pools, and every candidate row read from SQLite is checked again before it can be served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from proxy.decision import Decision, Status, decide
+from proxy.identity import Identity
+from proxy.openai_body import ChatRequest
+from proxy.policy import IntentPolicy
+from proxy.signer import Signature
+from proxy.store import Record, SessionLast, SqliteStore
+from proxy.validator import extract_key_facts
+from proxy.vector_index import HnswIndex
+
+SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
+NEGATIVE_FEEDBACK = -0.6
+POSITIVE_FEEDBACK = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class IndexKey:
+    """What the index filter needs to know about a label without touching SQLite."""
+
+    cache_id: str
+    tenant: str
+    session: str
+    user: str | None
+    scope: str
+    model: str
+    system_prompt_version: str
+    namespace: str
+    intent: str
+
+    @classmethod
+    def of(cls, r: Record) -> IndexKey:
+        return cls(r.cache_id, r.tenant, r.session, r.user, r.scope, r.model, r.system_prompt_version,
+                   r.namespace, r.intent)
+
+
+def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
+    """May a record of this scope be served to this caller, searching pools up to ``widen_to``?"""
+    width = min(SCOPE_WIDTH[record.scope], SCOPE_WIDTH[widen_to])
+    if record.tenant == who.tenant and record.session == who.session:
+        return True
+    if width >= SCOPE_WIDTH["global"]:
+        return True
+    if record.tenant != who.tenant:
+        return False
+    if width >= SCOPE_WIDTH["tenant"]:
+        return True
+    return width >= SCOPE_WIDTH["user"] and who.user is not None and record.user == who.user
+
+
+class SemanticCache:
+    def __init__(self, store: SqliteStore, index: HnswIndex, *, ready_after: float, top_k: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.index = index
+        self.ready_after = ready_after
+        self.top_k = top_k
+        self.clock = clock
+        self.keys: dict[int, IndexKey] = {}
+        self.sessions: dict[tuple[str, str], set[int]] = {}
+        self._index_lock = asyncio.Lock()
+
+    async def load(self) -> int:
+        """Rebuild the index from SQLite, the source of truth."""
+        items = []
+        async for record in self.store.iter_live():
+            assert record.label is not None
+            items.append((record.label, record.vector_array()))
+            self._remember(record.label, record)
+        await asyncio.to_thread(self.index.rebuild, items)
+        return len(items)
+
+    def _remember(self, label: int, record: Record) -> None:
+        self.keys[label] = IndexKey.of(record)
+        self.sessions.setdefault((record.tenant, record.session), set()).add(label)
+
+    def forget(self, labels: list[int]) -> None:
+        for label in labels:
+            key = self.keys.pop(label, None)
+            if key is not None:
+                self.sessions.get((key.tenant, key.session), set()).discard(label)
+        self.index.delete(labels)
+
+    async def candidates(self, sig: Signature, request: ChatRequest, who: Identity,
+                         policy: IntentPolicy) -> list[tuple[Record, float]]:
+        namespace = request.controls.namespace or ""
+
+        def admit(label: int) -> bool:
+            key = self.keys.get(label)
+            return (key is not None and key.model == request.model and key.namespace == namespace
+                    and key.system_prompt_version == sig.system_prompt_version
+                    and visible(key, who, policy.widen_to))
+
+        session_labels = [lab for lab in self.sessions.get((who.tenant, who.session), ()) if admit(lab)]
+        found = await asyncio.to_thread(self.index.search_among, sig.vector, session_labels)
+        if SCOPE_WIDTH[policy.widen_to] > 0:
+            found += await asyncio.to_thread(self.index.search, sig.vector, self.top_k, allowed=admit)
+        best: dict[int, float] = {}
+        for label, score in found:
+            best[label] = max(score, best.get(label, -1.0))
+        top = sorted(best.items(), key=lambda kv: -kv[1])[: self.top_k]
+        rows = {r.label: r for r in await self.store.get_many([lab for lab, _ in top])}
+        now = self.clock()
+        out = []
+        for label, score in top:
+            r = rows.get(label)
+            if (r is not None and r.state == "ready" and r.expires_at > now
+                    and r.feedback_score >= policy.feedback_floor and visible(r, who, policy.widen_to)):
+                out.append((r, score))
+        return out
+
+    async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Decision:
+        decision = decide(await self.candidates(sig, request, who, policy), sig, policy)
+        if decision.status is Status.MISS and decision.reason == "validation_failed" and decision.record:
+            await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
+        return decision
+
+    async def served(self, record: Record, who: Identity, sig: Signature) -> None:
+        await self.store.record_hit(record.cache_id, self.clock())
+        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, True,
+                                                                               sig.request_hash))
+
+    async def note_unstored(self, who: Identity, sig: Signature) -> None:
+        """An answer we did not store still becomes the session's last: a regenerate of it is known."""
+        await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, sig.request_hash))
+
+    async def write(self, *, request: ChatRequest, who: Identity, sig: Signature, policy: IntentPolicy,
+                    policy_version: str, answer: str, usage: dict[str, Any]) -> Record:
+        now = self.clock()
+        ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
+        record = Record(
+            cache_id="sc-" + uuid.uuid4().hex[:20], tenant=who.tenant, user=who.user,
+            scope=_write_scope(policy, sig), session=who.session, namespace=request.controls.namespace or "",
+            context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.tags.to_json(),
+            vector=np.asarray(sig.vector, dtype=np.float32).tobytes(), answer_text=answer,
+            key_facts=extract_key_facts(answer).to_json(), model=request.model,
+            system_prompt_version=sig.system_prompt_version, policy_version=policy_version,
+            request_hash=sig.request_hash, state="ready" if self.ready_after <= 0 else "pending",
+            created_at=now, ready_at=now + self.ready_after, expires_at=now + ttl,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+        label = await self.store.insert(record)
+        record = _with_label(record, label)
+        async with self._index_lock:
+            await asyncio.to_thread(self.index.add, [label], sig.vector.reshape(1, -1))
+            self._remember(label, record)
+        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, False,
+                                                                               sig.request_hash))
+        return record
+
+    async def penalise(self, cache_id: str, *, reject_pending: bool = True) -> Record | None:
+        """A correction or a regenerate: a pending answer is rejected, a ready one loses score."""
+        record = await self.store.get(cache_id)
+        if record is None:
+            return None
+        if record.state == "pending" and reject_pending:
+            await self.store.set_state([cache_id], "rejected")
+            if record.label is not None:
+                self.forget([record.label])
+        else:
+            await self.store.add_feedback(cache_id, NEGATIVE_FEEDBACK)
+        return record
+
+    async def reward(self, cache_id: str) -> None:
+        await self.store.add_feedback(cache_id, POSITIVE_FEEDBACK)
+
+    async def invalidate_session(self, tenant: str, session: str) -> int:
+        rows = await self.store.select_labels(
+            "tenant = ? AND session = ? AND state IN ('pending', 'ready')", (tenant, session))
+        await self.store.set_state([cid for _, cid in rows], "invalid")
+        self.forget([lab for lab, _ in rows])
+        return len(rows)
+
+
+def _write_scope(policy: IntentPolicy, sig: Signature) -> str:
+    """Global only for intents marked safe and answers written without personal context."""
+    e = sig.tags.entities
+    if policy.scope == "global" and (e.people or not policy.global_safe):
+        return "tenant"
+    return policy.scope
+
+
+def _with_label(record: Record, label: int) -> Record:
+    from dataclasses import replace
+
+    return replace(record, label=label)

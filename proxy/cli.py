@@ -1,0 +1,151 @@
+"""The command line: serve, models, check-policy (and, as they land, replay/calibrate/warm/demo)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from proxy.log import configure_logging
+from proxy.settings import Settings, SettingsError, load_settings
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", help="OpenAI-compatible base URL, e.g. http://vllm:8000/v1 "
+                   "(default: start the embedded llama.cpp engine)")
+    p.add_argument("--flavour", dest="upstream_flavour", choices=["vllm", "sglang", "llamacpp", "openai", "generic"])
+    p.add_argument("--config", type=Path, help="YAML settings file")
+    p.add_argument("--policy", type=Path)
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--data-dir", dest="data_dir", type=Path)
+    p.add_argument("--embedding-model", dest="embedding_model")
+    p.add_argument("--ready-after", dest="ready_after", type=float,
+                   help="feedback window in seconds before an answer becomes reusable (0 = at once)")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    names = ("upstream", "upstream_flavour", "policy", "host", "port", "data_dir", "embedding_model", "ready_after")
+    overrides = {n: getattr(args, n, None) for n in names}
+    return load_settings(config_file=getattr(args, "config", None), overrides=overrides)
+
+
+async def _serve(settings: Settings) -> None:
+    from proxy.admin import reload_policy
+    from proxy.app import create_app
+
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    print(f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}",
+          file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    reloads: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def on_hup() -> None:
+        async def go() -> None:
+            from proxy.policy import PolicyError
+
+            try:
+                print(f"policy reloaded: {await reload_policy(app)}", file=sys.stderr, flush=True)
+            except PolicyError as exc:
+                print(f"policy NOT reloaded, the running one stays: {exc}", file=sys.stderr, flush=True)
+
+        task = loop.create_task(go())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _upstream_key() -> Any:
+    from proxy.app import UPSTREAM_URL
+
+    return UPSTREAM_URL
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(settings.log_level)
+    asyncio.run(_serve(settings))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from proxy.embedding_packs import PackError, install_pack, list_packs
+
+    data_dir = args.data_dir or load_settings().data_dir
+    if args.action == "list":
+        for st in list_packs(data_dir):
+            print(f"{st.name:24s} {'installed' if st.installed else '-':10s} {st.description}")
+        return 0
+    try:
+        path = install_pack(args.name, data_dir, progress=True)
+    except PackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"installed {args.name} -> {path}")
+    return 0
+
+
+def cmd_check_policy(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from proxy.policy import PolicyError, load_policy, policy_table
+
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = policy_table(policy)
+    table = Table(title=f"{args.file} (version {policy.version})")
+    for col in rows[0] if rows else []:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row.values())
+    Console().print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smartcache", description="Multi-turn semantic cache proxy")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the proxy")
+    _serve_args(serve)
+    serve.set_defaults(func=cmd_serve)
+    models = sub.add_parser("models", help="list or install offline embedding packs")
+    models.add_argument("action", choices=["list", "install"])
+    models.add_argument("name", nargs="?", default="e5-small-multilingual")
+    models.add_argument("--data-dir", type=Path)
+    models.set_defaults(func=cmd_models)
+    check = sub.add_parser("check-policy", help="validate a policy file and print its table")
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=cmd_check_policy)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

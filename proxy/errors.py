@@ -1,0 +1,84 @@
+"""The error tree. Each error knows its HTTP status and OpenAI error ``type``.
+
+    SmartCacheError
+    ├── ClientError                 4xx: the caller sent something we cannot take
+    │   ├── InvalidRequest          400 invalid_request_error
+    │   ├── BodyTooLarge            413 invalid_request_error
+    │   ├── Unauthorized            401 authentication_error
+    │   └── NotFound                404 not_found_error
+    └── UpstreamError               the endpoint behind us failed
+        ├── UpstreamUnavailable     502 (connection refused, reset, DNS)
+        ├── UpstreamTimeout         504
+        └── UpstreamStatus          the upstream's own 4xx/5xx, passed through as it came
+
+One middleware turns any of these into ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SmartCacheError(Exception):
+    status: int = 500
+    error_type: str = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def to_body(self) -> dict[str, Any]:
+        return error_body(self.message, self.error_type, param=self.param, code=self.code)
+
+
+class ClientError(SmartCacheError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    pass
+
+
+class BodyTooLarge(ClientError):
+    status = 413
+
+
+class Unauthorized(ClientError):
+    status = 401
+    error_type = "authentication_error"
+
+
+class NotFound(ClientError):
+    status = 404
+    error_type = "not_found_error"
+
+
+class UpstreamError(SmartCacheError):
+    status = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 502
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    error_type = "timeout"
+
+
+class UpstreamStatus(UpstreamError):
+    """A non-2xx answer from upstream; its status and body reach the client unchanged."""
+
+    def __init__(self, status: int, body: bytes, content_type: str | None) -> None:
+        super().__init__(f"upstream answered {status}", code=str(status))
+        self.status = status
+        self.body = body
+        self.content_type = content_type or "application/json"
+
+
+def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

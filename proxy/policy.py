@@ -1,0 +1,382 @@
+"""Per-intent risk policies: a YAML file in, frozen objects out, validated at load.
+
+A policy says, per intent, whether answers may be cached and how sure the cache must be before
+it serves one. Every intent inherits the ``defaults`` block and overrides what it needs. Any
+mistake in the file (unknown key, wrong type, accept below candidate, a pool wider than the
+intent allows) is a :class:`PolicyError` naming the file, the dotted key and the fix, so a bad
+file fails at start or on reload and never mid-request.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, cast, get_args
+
+import yaml
+
+Scope = Literal["session", "user", "tenant", "global"]
+HalfHit = Literal["incremental", "context_only"]
+Check = Literal["budget", "dates", "counts", "entities"]
+
+SCOPES: tuple[Scope, ...] = get_args(Scope)  # narrowest pool first
+HALF_HITS: tuple[HalfHit, ...] = get_args(HalfHit)
+CHECKS: tuple[Check, ...] = get_args(Check)
+GENERAL = "general"
+
+_INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# Keys the defaults block must spell out: the safety posture of a policy is never implicit.
+_REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "half_hit", "validate", "ttl", "scope")
+_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm")
+_INTENT_ONLY = ("exemplars", "keywords", "force")
+_BUILTIN: Mapping[str, Any] = MappingProxyType(
+    {"global_safe": False, "feedback_floor": 0.0, "prewarm": False, "exemplars": (), "keywords": (),
+     "force": False}
+)
+class PolicyError(ValueError):
+    """A policy file that cannot be used; says where and how to fix it."""
+
+    def __init__(self, file: str, key: str, reason: str) -> None:
+        super().__init__(f"{file}: {key}: {reason}")
+        self.file = file
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class IntentPolicy:
+    name: str
+    cache: bool
+    accept: float
+    candidate: float
+    direct_hit: bool
+    half_hit: HalfHit
+    validate: tuple[Check, ...]
+    ttl: int  # seconds
+    scope: Scope  # the pool a new answer is written to
+    widen_to: Scope  # the widest pool a lookup may read from
+    global_safe: bool
+    feedback_floor: float
+    prewarm: bool
+    exemplars: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    force: bool = False
+
+    @property
+    def pools(self) -> tuple[Scope, ...]:
+        """Pools a lookup for this intent may read, narrowest first."""
+        return SCOPES[SCOPES.index(self.scope) : SCOPES.index(self.widen_to) + 1]
+
+
+@dataclass(frozen=True)
+class ClassifierSettings:
+    min_similarity: float = 0.5
+    margin: float = 0.03
+    followup_max_chars: int = 12
+
+
+@dataclass(frozen=True)
+class Policy:
+    version: str
+    defaults: IntentPolicy
+    intents: Mapping[str, IntentPolicy]  # file order, which is the precedence of forced keywords
+    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    source: str = "<memory>"
+
+    def for_intent(self, name: str) -> IntentPolicy:
+        return self.intents.get(name) or self.intents[GENERAL]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a repeated key instead of silently keeping the last one: a second
+    ``travel:`` block must not quietly replace the first in a risk policy."""
+
+
+def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Hashable] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, Hashable):
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}; each key may appear once", key_node.start_mark
+                )
+            seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def load_policy(path: Path) -> Policy:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(source, "(file)", f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise PolicyError(source, "(yaml)", f"not valid YAML: {_yaml_reason(exc)}") from exc
+    if not isinstance(data, Mapping):
+        raise PolicyError(source, "(top level)", f"expected a mapping with version, defaults and "
+                          f"intents, got {_type_name(data)}")
+    return parse_policy(data, source)
+
+
+def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
+    _only_keys(data, ("version", "classifier", "defaults", "intents"), "", source)
+    version = _required(data, "version", "", source)
+    if not isinstance(version, str) or not version.strip():
+        raise PolicyError(source, "version", f"expected a non-empty string, got {_describe(version)}; "
+                          "quote it, e.g. version: \"2024-06-01\"")
+    defaults = _defaults_block(_section(data, "defaults", source, required=True), source)
+    # Built before the intents so a bad default is reported against `defaults`, not its heirs.
+    defaults_policy = _build_intent("defaults", defaults, "defaults", source)
+    intents = _intents(_section(data, "intents", source, required=True), defaults, source)
+    classifier = _classifier(_section(data, "classifier", source, required=False), source)
+    return Policy(version.strip(), defaults_policy, intents, classifier, source)
+
+
+def _defaults_block(block: Mapping[str, Any], source: str) -> dict[str, Any]:
+    for key in block:
+        if key in _INTENT_ONLY:
+            raise PolicyError(source, f"defaults.{key}", "set per intent only; move it under intents.<name>")
+    _only_keys(block, _REQUIRED_DEFAULTS + _OPTIONAL_DEFAULTS, "defaults", source)
+    for key in _REQUIRED_DEFAULTS:
+        _required(block, key, "defaults", source)
+    return {key: _coerce(key, value, f"defaults.{key}", source) for key, value in block.items()}
+
+
+def _intents(
+    block: Mapping[str, Any], defaults: Mapping[str, Any], source: str
+) -> Mapping[str, IntentPolicy]:
+    resolved: dict[str, IntentPolicy] = {}
+    for name, body in block.items():
+        where = f"intents.{name}"
+        if not isinstance(name, str) or not _INTENT_NAME.match(name):
+            raise PolicyError(source, where, "intent names are lower-case letters, digits and '_', "
+                              "starting with a letter (at most 40 characters)")
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise PolicyError(source, where, f"expected a mapping of settings, got {_describe(body)}")
+        _only_keys(body, _REQUIRED_DEFAULTS + _OPTIONAL_DEFAULTS + _INTENT_ONLY, where, source)
+        own = {key: _coerce(key, value, f"{where}.{key}", source) for key, value in body.items()}
+        resolved[name] = _build_intent(name, {**defaults, **own}, where, source)
+    if GENERAL not in resolved:
+        raise PolicyError(source, f"intents.{GENERAL}", "missing; every policy needs a 'general' intent, "
+                          "the fallback for turns no other intent claims")
+    _check_forced_keywords(resolved, source)
+    return MappingProxyType(resolved)
+
+
+def _build_intent(name: str, merged: Mapping[str, Any], where: str, source: str) -> IntentPolicy:
+    values = {**_BUILTIN, "widen_to": merged["scope"], **merged}
+    if values["accept"] < values["candidate"]:
+        raise PolicyError(source, f"{where}.accept", f"accept ({values['accept']}) is below candidate "
+                          f"({values['candidate']}); accept must be >= candidate: raise accept or lower "
+                          "candidate")
+    _check_pools(values, where, source)
+    if values["force"] and not values["keywords"]:
+        raise PolicyError(source, f"{where}.force", "force: true needs at least one keyword to force on; "
+                          "add keywords or set force: false")
+    if where != "defaults" and name != GENERAL and not values["exemplars"] and not values["keywords"]:
+        raise PolicyError(source, f"{where}.exemplars", "the intent has neither exemplars nor keywords, so "
+                          "the classifier can never choose it; add exemplar utterances")
+    return IntentPolicy(name=name, **values)
+
+
+def _check_pools(values: Mapping[str, Any], where: str, source: str) -> None:
+    scope, widen_to = values["scope"], values["widen_to"]
+    if scope == "global" and not values["global_safe"]:
+        raise PolicyError(source, f"{where}.scope", "scope 'global' shares answers across tenants and "
+                          "needs global_safe: true; set it only for answers proven safe for everyone, "
+                          "else use 'tenant'")
+    if SCOPES.index(widen_to) < SCOPES.index(scope):
+        raise PolicyError(source, f"{where}.widen_to", f"widen_to '{widen_to}' is narrower than scope "
+                          f"'{scope}', so the intent could never read its own answers; set widen_to to "
+                          f"'{scope}' or wider")
+    if widen_to == "global" and not values["global_safe"]:
+        raise PolicyError(source, f"{where}.widen_to", "widen_to 'global' serves answers across tenants and "
+                          "needs global_safe: true; set it only for answers proven safe for everyone, "
+                          "else widen to 'tenant'")
+    if values["prewarm"] and widen_to == "session":
+        raise PolicyError(source, f"{where}.prewarm", "pre-warmed answers belong to no session, so they "
+                          "are unreachable when widen_to is 'session'; widen to 'user' or wider, or set "
+                          "prewarm: false")
+
+
+def _check_forced_keywords(intents: Mapping[str, IntentPolicy], source: str) -> None:
+    # Two forcing intents sharing a keyword would make the file order decide silently.
+    owner: dict[str, str] = {}
+    for intent in intents.values():
+        if not intent.force:
+            continue
+        for keyword in intent.keywords:
+            folded = keyword.casefold()
+            if folded in owner:
+                raise PolicyError(source, f"intents.{intent.name}.keywords", f"keyword {keyword!r} also "
+                                  f"forces intent '{owner[folded]}'; a forced keyword must belong to one "
+                                  "intent")
+            owner[folded] = intent.name
+
+
+def _classifier(block: Mapping[str, Any], source: str) -> ClassifierSettings:
+    _only_keys(block, ("min_similarity", "margin", "followup_max_chars"), "classifier", source)
+    values = {key: _coerce(key, value, f"classifier.{key}", source) for key, value in block.items()}
+    return ClassifierSettings(**values)
+
+
+def _coerce(key: str, value: Any, where: str, source: str) -> Any:
+    try:
+        return _CONVERTER[key](value)
+    except _Bad as bad:
+        raise PolicyError(source, where, str(bad)) from None
+
+
+class _Bad(Exception):
+    """One value's problem, before it learns its file and key."""
+
+
+def _as_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def _as_unit(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad(f"expected a number between 0 and 1, got {_describe(value)}")
+    if not 0.0 <= value <= 1.0:
+        raise _Bad(f"{value} is outside [0, 1]; cosine thresholds and scores lie between 0 and 1")
+    return float(value)
+
+
+def _as_positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"expected a whole number, got {_describe(value)}")
+    if value < 1:
+        raise _Bad(f"{value} must be at least 1")
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise _Bad(f"{_describe(value)} is not one of: {', '.join(options)}")
+        return value
+
+    return convert
+
+
+def _as_checks(value: Any) -> tuple[Check, ...]:
+    items = _as_texts(value)
+    for item in items:
+        if item not in CHECKS:
+            raise _Bad(f"unknown check {item!r}; use any of: {', '.join(CHECKS)}")
+    if len(set(items)) != len(items):
+        raise _Bad("a check is listed twice; list each once")
+    return cast(tuple[Check, ...], items)
+
+
+def _as_texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _Bad(f"expected a list of strings, got {_describe(value)}")
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise _Bad(f"expected non-empty strings, got {_describe(item)}; quote values such as yes, "
+                       "no, on or 1.5 so YAML keeps them as text")
+    return tuple(item.strip() for item in value)
+
+
+_SCOPE, _HALF_HIT = _choice(SCOPES), _choice(HALF_HITS)
+_CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
+    {"cache": _as_bool, "accept": _as_unit, "candidate": _as_unit, "direct_hit": _as_bool,
+     "half_hit": _HALF_HIT, "validate": _as_checks, "ttl": _as_positive_int, "scope": _SCOPE,
+     "widen_to": _SCOPE, "global_safe": _as_bool, "feedback_floor": _as_unit, "prewarm": _as_bool,
+     "exemplars": _as_texts, "keywords": _as_texts, "force": _as_bool, "min_similarity": _as_unit,
+     "margin": _as_unit, "followup_max_chars": _as_positive_int}
+)
+
+
+def _only_keys(block: Mapping[str, Any], allowed: tuple[str, ...], where: str, source: str) -> None:
+    for key in block:
+        if key not in allowed:
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            fix = f"did you mean '{hint[0]}'?" if hint else f"expected one of: {', '.join(allowed)}"
+            raise PolicyError(source, _join(where, str(key)), f"unknown key; {fix}")
+
+
+def _required(block: Mapping[str, Any], key: str, where: str, source: str) -> Any:
+    if key not in block:
+        raise PolicyError(source, _join(where, key), "missing; this key is required")
+    return block[key]
+
+
+def _section(data: Mapping[str, Any], key: str, source: str, *, required: bool) -> Mapping[str, Any]:
+    value = _required(data, key, "", source) if required else data.get(key, {})
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping) or (required and not value):
+        raise PolicyError(source, key, f"expected a non-empty mapping, got {_describe(value)}")
+    return value
+
+
+def policy_table(policy: Policy) -> list[dict[str, str]]:
+    """One row per intent, every cell a string, for ``smartcache check-policy``.
+
+    Cache settings of an intent that never caches are shown as "-": they have no effect.
+    """
+    return [_table_row(intent) for intent in policy.intents.values()]
+
+
+def _table_row(intent: IntentPolicy) -> dict[str, str]:
+    cached = {
+        "accept": f"{intent.accept:.2f}",
+        "candidate": f"{intent.candidate:.2f}",
+        "direct_hit": "yes" if intent.direct_hit else "no",
+        "half_hit": intent.half_hit,
+        "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
+        "ttl": _duration(intent.ttl),
+        "pools": "→".join(intent.pools),
+    }
+    return {
+        "intent": intent.name,
+        "cache": "yes" if intent.cache else "no",
+        **(cached if intent.cache else dict.fromkeys(cached, "-")),
+        "keywords": f"{len(intent.keywords)}{' (force)' if intent.force else ''}",
+        "exemplars": str(len(intent.exemplars)),
+    }
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(value: Any) -> str:
+    return {type(None): "nothing", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _describe(value: Any) -> str:
+    return f"{_type_name(value)} ({value!r})" if not isinstance(value, dict | list) else _type_name(value)
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem

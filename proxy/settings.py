@@ -1,0 +1,145 @@
+"""Frozen settings, built once: defaults, then a YAML file, then ``SMARTCACHE_*`` environment
+variables, then command-line flags. Validated at load: a bad value fails at start with the
+source, the key and the fix, never mid-request."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_type_hints
+
+import yaml
+
+FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+
+
+class SettingsError(ValueError):
+    def __init__(self, source: str, key: str, reason: str) -> None:
+        super().__init__(f"{source}: {key}: {reason}")
+        self.source, self.key, self.reason = source, key, reason
+
+
+@dataclass(frozen=True)
+class Settings:
+    upstream: str | None = None  # None: start the embedded llama.cpp engine and proxy to it
+    upstream_flavour: str = "generic"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = field(default_factory=lambda: Path(".smartcache"))
+    policy: Path = DEFAULT_POLICY
+    embedding_model: str = "e5-small-multilingual"
+    model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
+    embed_threads: int = 0  # 0: let ONNX Runtime decide
+    embed_max_batch: int = 32
+    embed_max_wait_ms: float = 2.0
+    ready_after: float = 60.0  # feedback window before a pending answer becomes reusable
+    regenerate_window: float = 600.0  # the identical request re-sent within this is a regenerate
+    max_body_bytes: int = 10 * 1024 * 1024
+    upstream_timeout: float = 600.0
+    upstream_connect_timeout: float = 10.0
+    top_k: int = 8
+    max_records: int = 100_000
+    max_answer_bytes: int = 512 * 1024 * 1024
+    sweep_interval: float = 30.0
+    admin_token: str | None = None
+    debug_headers: bool = False
+    log_level: str = "info"
+    engine_ctx: int = 4096
+    engine_parallel: int = 4
+    engine_threads: int = 0
+
+    @property
+    def models_root(self) -> Path:
+        return self.model_home or self.data_dir
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "cache.sqlite3"
+
+    def replace(self, **changes: Any) -> Settings:
+        return load_settings(base=self, overrides=changes, source="arguments")
+
+
+def _coerce(source: str, key: str, value: Any, hint: Any) -> Any:
+    kinds = [k for k in (get_args(hint) or (hint,)) if k is not type(None)]
+    kind = kinds[0]
+    if value is None:
+        if type(None) in get_args(hint):
+            return None
+        raise SettingsError(source, key, "must not be empty")
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            lowered = str(value).strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise SettingsError(source, key, f"expected true or false, got {value!r}")
+            return lowered in ("1", "true", "yes", "on")
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(value)
+        if kind in (int, float) and isinstance(value, bool):
+            raise ValueError(value)
+        if kind is Path:
+            return Path(str(value)).expanduser()
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(source, key, f"expected {getattr(kind, '__name__', kind)}, got {value!r}") from exc
+
+
+def _validate(s: Settings, source: str) -> None:
+    checks = [
+        ("upstream_flavour", s.upstream_flavour in FLAVOURS, f"one of {', '.join(FLAVOURS)}"),
+        ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
+        ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
+        ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
+        ("top_k", 1 <= s.top_k <= 256, "between 1 and 256"),
+        ("max_records", s.max_records >= 1, ">= 1"),
+        ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),
+        ("embed_max_batch", s.embed_max_batch >= 1, ">= 1"),
+        ("log_level", s.log_level in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
+    ]
+    for key, ok, want in checks:
+        if not ok:
+            raise SettingsError(source, key, f"must be {want}, got {getattr(s, key)!r}")
+    if s.upstream is not None and not s.upstream.startswith(("http://", "https://")):
+        raise SettingsError(source, "upstream", f"must be an http(s) URL ending in /v1, got {s.upstream!r}")
+
+
+def load_settings(
+    *,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    base: Settings | None = None,
+    source: str = "flags",
+) -> Settings:
+    hints = get_type_hints(Settings)
+    names = {f.name for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = dataclasses.asdict(base) if base else {}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if config_file is not None:
+        try:
+            data = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(str(config_file), "-", f"cannot read settings file: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SettingsError(str(config_file), "-", "must be a mapping of setting: value")
+        layers.append((str(config_file), data))
+    env = os.environ if environ is None else environ
+    prefix = "SMARTCACHE_"
+    layers.append(("environment", {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}))
+    layers.append((source, {k: v for k, v in (overrides or {}).items() if v is not None}))
+    for layer_source, layer in layers:
+        for key, value in layer.items():
+            if key not in names:
+                if layer_source == "environment":
+                    continue  # other tools share the prefix namespace; only files and flags are strict
+                raise SettingsError(layer_source, key, f"unknown setting; known: {', '.join(sorted(names))}")
+            values[key] = _coerce(layer_source, key, value, hints[key])
+    settings = Settings(**values)
+    _validate(settings, source)
+    return settings

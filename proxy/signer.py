@@ -1,0 +1,257 @@
+"""The context signer: a layered fingerprint of the whole conversation (seed §2).
+
+Coarse tags (intent, task skeleton, active entities, change flag, topic-switch flag) act as
+hard filters; the dense vector of a trimmed *encoding view* does near-matching inside them.
+Per-turn vectors and intents are kept by content hash, so a request embeds only what is new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import orjson
+
+from proxy.embedder import BatchingEmbedder
+from proxy.intent import GENERAL, IntentClassifier, IntentGuess
+from proxy.normalize import normalize_text, system_prompt_version
+from proxy.openai_body import ChatRequest, Message
+from proxy.tagger import (
+    Entities,
+    NumericConstraint,
+    change_instruction,
+    extract_entities,
+    merge_entities,
+    task_skeleton,
+)
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LruDict(Generic[K, V]):
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CoarseTags:
+    intent: str
+    task_branch: str
+    entities: Entities
+    change_instruction: bool
+    context_switch: bool
+    intent_forced: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "intent": self.intent,
+            "task_branch": self.task_branch,
+            "entities": entities_to_json(self.entities),
+            "change_instruction": self.change_instruction,
+            "context_switch": self.context_switch,
+        }
+
+
+def entities_to_json(e: Entities) -> dict[str, Any]:
+    return {
+        "places": sorted(e.places),
+        "products": sorted(e.products),
+        "people": sorted(e.people),
+        "numbers": [[n.slot, n.value, n.unit, n.op] for n in e.numbers],
+    }
+
+
+def entities_from_json(d: dict[str, Any]) -> Entities:
+    return Entities(
+        places=frozenset(d.get("places", ())),
+        products=frozenset(d.get("products", ())),
+        people=frozenset(d.get("people", ())),
+        numbers=tuple(NumericConstraint(slot=s, value=v, unit=u, op=o) for s, v, u, o in d.get("numbers", ())),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    vector: np.ndarray
+    tags: CoarseTags
+    system_prompt_version: str
+    context_fingerprint: str
+    request_hash: str
+    current_text: str  # normalised current user turn
+    active_user_text: str  # the user turns that make up the view, normalised (constraints come from here)
+    view_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignerSettings:
+    system_tail_chars: int = 512
+    user_turn_chars: int = 300
+    assistant_turn_chars: int = 160
+    topic_window: int = 3
+    topic_switch_similarity: float = 0.78
+    cache_size: int = 20_000
+
+
+def request_hash(request: ChatRequest) -> str:
+    """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
+    material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
+    return hashlib.sha256(material).hexdigest()[:32]
+
+
+def context_fingerprint(system_version: str, model: str, intent: str) -> str:
+    return hashlib.sha256(f"{system_version}\x1f{model}\x1f{intent}".encode()).hexdigest()[:32]
+
+
+def _key(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+class ContextSigner:
+    def __init__(self, embedder: BatchingEmbedder, classifier: IntentClassifier, settings: SignerSettings) -> None:
+        self.embedder = embedder
+        self.classifier = classifier
+        self.settings = settings
+        self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
+        self._norms: LruDict[str, str] = LruDict(settings.cache_size)
+
+    def normalize(self, text: str) -> str:
+        cached = self._norms.get(text)
+        if cached is None:
+            cached = normalize_text(text)
+            self._norms.put(text, cached)
+        return cached
+
+    async def vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Embeddings by content hash; only texts not seen before reach the model, in one call."""
+        missing = list(dict.fromkeys(t for t in texts if self._vectors.get(_key(t)) is None))
+        if missing:
+            for text, vec in zip(missing, await self.embedder.embed(missing), strict=True):
+                self._vectors.put(_key(text), vec)
+        out = []
+        for t in texts:
+            vec = self._vectors.get(_key(t))
+            assert vec is not None
+            out.append(vec)
+        return out
+
+    async def sign(self, request: ChatRequest, *, system_version: str | None = None) -> Signature:
+        s = self.settings
+        turns = [m for m in request.turns if m.text.strip()]
+        current_raw = request.last_user_text
+        current = self.normalize(current_raw)
+        history = turns[:-1] if turns and turns[-1].role == "user" else turns
+        prior_users = [self.normalize(m.text) for m in history if m.role == "user"]
+        recent = prior_users[-s.topic_window :]
+        vecs = await self.vectors([current, *recent])
+        running = self._running_intent(recent, vecs[1:])
+        guess = self.classifier.classify(current, vecs[0], running=running)
+        switch = self._is_topic_switch(guess, running, vecs[0], vecs[1:])
+        view_turns = [] if switch else history
+        entities = merge_entities(
+            [extract_entities(self.normalize(m.text)) for m in view_turns if m.role == "user"],
+            extract_entities(current),
+        )
+        spv = system_version or system_prompt_version(request.system_text)
+        view, dropped = self._view(request.system_text, view_turns, current)
+        vector = await self._view_vector(view, dropped)
+        users = [*(self.normalize(m.text) for m in view_turns if m.role == "user"), current]
+        tags = CoarseTags(
+            intent=guess.intent,
+            task_branch=task_skeleton(users),
+            entities=entities,
+            change_instruction=change_instruction(current),
+            context_switch=switch,
+            intent_forced=guess.forced,
+        )
+        return Signature(
+            vector=vector,
+            tags=tags,
+            system_prompt_version=spv,
+            context_fingerprint=context_fingerprint(spv, request.model, guess.intent),
+            request_hash=request_hash(request),
+            current_text=current,
+            active_user_text="\n".join(users),
+            view_text=view,
+        )
+
+    def _running_intent(self, recent: Sequence[str], vecs: Sequence[np.ndarray]) -> str | None:
+        running: str | None = None
+        for text, vec in zip(recent, vecs, strict=True):
+            guess = self.classifier.classify(text, vec, running=running)
+            if guess.intent != GENERAL or running is None:
+                running = guess.intent
+        return running
+
+    def _is_topic_switch(
+        self, guess: IntentGuess, running: str | None, current: np.ndarray, recent: Sequence[np.ndarray]
+    ) -> bool:
+        """Seed §5.3: a turn that leaves both the intent and the vector neighbourhood of the last
+        turns starts a new conversation; its history must not pull it back to the old topic."""
+        if not recent or running is None or guess.intent == running or guess.intent == GENERAL:
+            return False
+        centroid = np.mean(np.stack(recent), axis=0)
+        centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
+        return float(current @ centroid) < self.settings.topic_switch_similarity
+
+    def _line(self, m: Message) -> str:
+        s = self.settings
+        limit = s.user_turn_chars if m.role == "user" else s.assistant_turn_chars
+        return f"{'user' if m.role == 'user' else 'assistant'}: {self.normalize(m.text)[:limit]}"
+
+    def _view(self, system: str, history: Sequence[Message], current: str) -> tuple[str, list[str]]:
+        """System tail · compressed history · the current question twice (it carries the new intent).
+        Over the model's length, the oldest turns that share no entity with the current request
+        go first, then the oldest; what is dropped still counts through chunk vectors."""
+        s = self.settings
+        head = f"system: {self.normalize(system)[-s.system_tail_chars:]}" if system.strip() else ""
+        tail = f"user: {current}\nuser: {current}"
+        lines = [self._line(m) for m in history]
+        active = extract_entities(current)
+        related = [not _disjoint(extract_entities(self.normalize(m.text)), active) for m in history]
+        dropped: list[str] = []
+        budget = self.embedder.backend.max_tokens - 8
+
+        def text() -> str:
+            return "\n".join(x for x in (head, *[ln for ln in lines if ln], tail) if x)
+
+        order = [i for i, r in enumerate(related) if not r] + [i for i, r in enumerate(related) if r]
+        for i in order:
+            if self.embedder.count_tokens(text()) <= budget:
+                break
+            dropped.append(lines[i])
+            lines[i] = ""
+        return text(), dropped
+
+    async def _view_vector(self, view: str, dropped: Sequence[str]) -> np.ndarray:
+        vecs = await self.vectors([view, *dropped])
+        vector = vecs[0]
+        if dropped:
+            # recency weights: later dropped turns weigh more; the view keeps most of the mass
+            weights = np.arange(1, len(dropped) + 1, dtype=np.float32)
+            chunk = np.average(np.stack(vecs[1:]), axis=0, weights=weights)
+            vector = 0.75 * vector + 0.25 * chunk
+        return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
+
+
+def _disjoint(a: Entities, b: Entities) -> bool:
+    slots_a = {n.slot for n in a.numbers}
+    slots_b = {n.slot for n in b.numbers}
+    return not (a.places & b.places or a.products & b.products or a.people & b.people or slots_a & slots_b)

@@ -1,0 +1,99 @@
+"""SSE: parse and tee an upstream ``chat.completion.chunk`` stream.
+
+Events are forwarded one whole event at a time, as they arrive: the client never waits for
+the whole answer. The tee keeps what write-back needs (the text, the finish reason, usage)
+and drops the usage chunk that we asked for on the client's behalf when it did not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+@dataclass
+class StreamTee:
+    strip_usage: bool = False  # True when we added include_usage and the client did not ask
+    text_parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    tool_calls: bool = False
+    done: bool = False
+    malformed: bool = False
+    response_id: str | None = None
+    _buffer: bytes = b""
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    @property
+    def complete(self) -> bool:
+        """Only a stream that ended with [DONE] after a normal stop is an answer worth storing."""
+        return self.done and self.finish_reason == "stop" and not self.tool_calls and not self.malformed
+
+    def feed(self, data: bytes) -> bytes:
+        """Bytes in, bytes to send to the client out (whole events only)."""
+        self._buffer += data.replace(b"\r\n", b"\n")
+        out = []
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            if self._take(event):
+                out.append(event + b"\n\n")
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        if rest.strip() and self._take(rest):
+            return rest + b"\n\n"
+        return b""
+
+    def _take(self, event: bytes) -> bool:
+        """Record what the event says; False when it must not reach the client."""
+        payload = b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+        if not payload:
+            return True
+        if payload == b"[DONE]":
+            self.done = True
+            return True
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self.malformed = True
+            return True
+        if not isinstance(chunk, dict):
+            self.malformed = True
+            return True
+        if self.response_id is None and isinstance(chunk.get("id"), str):
+            self.response_id = chunk["id"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        for choice in choices:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.text_parts.append(delta["content"])
+            if delta.get("tool_calls") or delta.get("function_call"):
+                self.tool_calls = True
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return not (self.strip_usage and not choices and chunk.get("usage"))
+
+
+def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:
+    """The storable answer text of a non-streamed completion (None: do not store) and its usage."""
+    if not isinstance(body, dict):
+        return None, {}
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    choices = body.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None, usage
+    choice = choices[0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    if (choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call")
+            or not isinstance(content, str) or not content.strip()):
+        return None, usage
+    return content, usage

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.app import create_app
+from proxy.embedding_backends import SyncEmbedder
+from proxy.embedding_packs import install_pack, load_embedder
+from proxy.settings import Settings, load_settings
+from tests.scripted_upstream import Script, scripted_app
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DEFAULT_PACK = "e5-small-multilingual"
+
+
+@pytest.fixture(scope="session")
+def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Packs are built once per run (or taken from SMARTCACHE_TEST_MODEL_HOME to share across runs)."""
+    home = Path(os.environ.get("SMARTCACHE_TEST_MODEL_HOME") or tmp_path_factory.mktemp("model_home"))
+    install_pack(DEFAULT_PACK, home, progress=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def sync_embedder(model_home: Path) -> SyncEmbedder:
+    return load_embedder(DEFAULT_PACK, model_home, auto_install=False)
+
+
+@dataclass
+class Upstream:
+    script: Script
+    server: TestServer
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("/v1"))
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    script = Script()
+    server = TestServer(scripted_app(script), host="127.0.0.1")
+    await server.start_server()
+    yield Upstream(script, server)
+    await server.close()
+
+
+@dataclass
+class Proxy:
+    server: TestServer
+    settings: Settings
+    app: web.Application
+
+    @property
+    def base_url(self) -> str:
+        return str(self.server.make_url("/v1"))
+
+    def client(self, api_key: str = "key-A", **headers: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30,
+                                  default_headers=headers or None)
+
+    async def stop(self) -> None:
+        await self.server.close()
+
+
+ProxyFactory = Callable[..., Awaitable[Proxy]]
+
+
+@pytest.fixture
+async def make_proxy(tmp_path: Path, model_home: Path, sync_embedder: SyncEmbedder,
+                     upstream: Upstream) -> AsyncIterator[ProxyFactory]:
+    started: list[Proxy] = []
+
+    async def factory(**overrides: Any) -> Proxy:
+        values: dict[str, Any] = {"upstream": upstream.url, "data_dir": tmp_path / "data", "model_home": model_home,
+                                  "ready_after": 0.0, "upstream_timeout": 5.0}
+        values.update(overrides)
+        settings = load_settings(environ={}, overrides=values)
+        server = TestServer(create_app(settings, backend=sync_embedder), host="127.0.0.1")
+        await server.start_server()
+        proxy = Proxy(server, settings, server.app)
+        started.append(proxy)
+        return proxy
+
+    yield factory
+    for proxy in started:
+        await proxy.stop()
+
+
+@pytest.fixture
+async def proxy(make_proxy: ProxyFactory) -> Proxy:
+    return await make_proxy()

@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.metrics import RECORD_SCOPES, RECORD_STATES, STAGES, STATUSES, Metrics
+
+ISSUE_9_METRICS = {
+    "smartcache_requests": "counter",
+    "smartcache_hits_judged": "counter",
+    "smartcache_saved_tokens": "counter",
+    "smartcache_upstream_cached_tokens": "counter",
+    "smartcache_stage_seconds": "histogram",
+    "smartcache_request_seconds": "histogram",
+    "smartcache_records": "gauge",
+    "smartcache_index_size": "gauge",
+    "smartcache_writes": "counter",
+    "smartcache_evictions": "counter",
+    "smartcache_upstream_errors": "counter",
+}
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_exposes_exactly_the_metrics_of_issue_9() -> None:
+    families = {
+        family.name: family.type
+        for family in Metrics().registry.collect()
+        if not family.name.endswith("_created")
+    }
+    assert families == ISSUE_9_METRICS
+
+
+def test_closed_label_sets_start_at_zero() -> None:
+    metrics = Metrics()
+    assert value(metrics, "smartcache_hits_judged_total", outcome="accepted") == 0
+    assert value(metrics, "smartcache_hits_judged_total", outcome="corrected") == 0
+    assert value(metrics, "smartcache_saved_tokens_total", kind="prompt") == 0
+    assert value(metrics, "smartcache_writes_total", outcome="rejected") == 0
+    for status in STATUSES:
+        assert value(metrics, "smartcache_request_seconds_count", status=status) == 0
+    for stage in STAGES:
+        assert value(metrics, "smartcache_stage_seconds_count", stage=stage) == 0
+    for state in RECORD_STATES:
+        for scope in RECORD_SCOPES:
+            assert value(metrics, "smartcache_records", state=state, scope=scope) == 0
+
+
+def test_each_instance_owns_its_registry() -> None:
+    first, second = Metrics(), Metrics()  # a shared registry would refuse the second
+    first.observe_request("hit", "travel", "accept_zone", 0.01)
+    labels = {"status": "hit", "intent": "travel", "reason": "accept_zone"}
+    assert value(first, "smartcache_requests_total", **labels) == 1
+    assert value(second, "smartcache_requests_total", **labels) is None
+    assert prometheus_client.REGISTRY.get_sample_value("smartcache_index_size") is None
+
+
+def test_scripted_session_moves_each_counter_by_exactly_its_amount() -> None:
+    metrics = Metrics()
+    metrics.observe_request("miss", "travel", "below_candidate", 1.5)
+    metrics.write("pending")
+    metrics.write("ready")
+    metrics.observe_request("hit", "travel", "accept_zone", 0.004)
+    metrics.saved_tokens(prompt=1200, completion=300)
+    metrics.hit_judged("corrected")
+    metrics.observe_request("half_hit", "travel", "change_detected", 0.9)
+    metrics.upstream_cached(1100)
+    metrics.observe_request("bypass", "realtime", "policy_no_cache", 0.7)
+    metrics.observe_request("hit", "travel", "accept_zone", 0.006)
+    metrics.saved_tokens(prompt=800, completion=200)
+    metrics.hit_judged("accepted")
+
+    requests = "smartcache_requests_total"
+    assert value(metrics, requests, status="miss", intent="travel", reason="below_candidate") == 1
+    assert value(metrics, requests, status="hit", intent="travel", reason="accept_zone") == 2
+    assert value(metrics, requests, status="half_hit", intent="travel", reason="change_detected") == 1
+    assert value(metrics, requests, status="bypass", intent="realtime", reason="policy_no_cache") == 1
+    assert value(metrics, "smartcache_request_seconds_count", status="hit") == 2
+    assert value(metrics, "smartcache_request_seconds_sum", status="hit") == pytest.approx(0.010)
+    assert value(metrics, "smartcache_request_seconds_bucket", status="hit", le="0.005") == 1
+    assert value(metrics, "smartcache_saved_tokens_total", kind="prompt") == 2000
+    assert value(metrics, "smartcache_saved_tokens_total", kind="completion") == 500
+    assert value(metrics, "smartcache_upstream_cached_tokens_total") == 1100
+    assert value(metrics, "smartcache_hits_judged_total", outcome="accepted") == 1
+    assert value(metrics, "smartcache_hits_judged_total", outcome="corrected") == 1
+    assert value(metrics, "smartcache_writes_total", outcome="pending") == 1
+    assert value(metrics, "smartcache_writes_total", outcome="ready") == 1
+    assert value(metrics, "smartcache_writes_total", outcome="rejected") == 0
+
+
+def test_evictions_errors_and_index_size() -> None:
+    metrics = Metrics()
+    metrics.eviction("ttl", n=3)
+    metrics.eviction("ttl")
+    metrics.eviction("session_reset")
+    metrics.upstream_error("timeout")
+    metrics.upstream_error("timeout")
+    metrics.set_index_size(42)
+    metrics.set_index_size(40)
+    assert value(metrics, "smartcache_evictions_total", reason="ttl") == 4
+    assert value(metrics, "smartcache_evictions_total", reason="session_reset") == 1
+    assert value(metrics, "smartcache_upstream_errors_total", kind="timeout") == 2
+    assert value(metrics, "smartcache_index_size") == 40
+
+
+def test_set_records_replaces_the_whole_gauge() -> None:
+    metrics = Metrics()
+    metrics.set_records({("ready", "session"): 5, ("pending", "session"): 2, ("ready", "tenant"): 1})
+    metrics.set_records({("ready", "session"): 4})
+    assert value(metrics, "smartcache_records", state="ready", scope="session") == 4
+    assert value(metrics, "smartcache_records", state="pending", scope="session") == 0
+    assert value(metrics, "smartcache_records", state="ready", scope="tenant") == 0
+
+
+def test_stage_timer_times_the_block() -> None:
+    metrics = Metrics()
+    with metrics.stage_timer("embed"):
+        time.sleep(0.03)
+    assert value(metrics, "smartcache_stage_seconds_count", stage="embed") == 1
+    elapsed = value(metrics, "smartcache_stage_seconds_sum", stage="embed")
+    assert elapsed is not None and 0.03 <= elapsed < 1.0
+    assert value(metrics, "smartcache_stage_seconds_bucket", stage="embed", le="0.025") == 0
+    assert value(metrics, "smartcache_stage_seconds_count", stage="index") == 0
+
+
+def test_stage_timer_records_a_failing_block_and_reraises() -> None:
+    metrics = Metrics()
+    with pytest.raises(RuntimeError, match="boom"), metrics.stage_timer("upstream"):
+        raise RuntimeError("boom")
+    assert value(metrics, "smartcache_stage_seconds_count", stage="upstream") == 1
+
+
+def test_observe_stage_adds_to_the_histogram() -> None:
+    metrics = Metrics()
+    metrics.observe_stage("decide", 0.0002)
+    metrics.observe_stage("decide", 0.0004)
+    assert value(metrics, "smartcache_stage_seconds_count", stage="decide") == 2
+    assert value(metrics, "smartcache_stage_seconds_bucket", stage="decide", le="0.00025") == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        pytest.param(
+            lambda m: m.observe_request("half-hit", "travel", "x", 0.1), "status", id="header-spelling"
+        ),
+        pytest.param(lambda m: m.observe_stage("lookup", 0.1), "stage", id="unknown-stage"),
+        pytest.param(lambda m: m.stage_timer("lookup").__enter__(), "stage", id="unknown-timer-stage"),
+        pytest.param(lambda m: m.hit_judged("maybe"), "outcome", id="unknown-judgement"),
+        pytest.param(lambda m: m.write("stored"), "outcome", id="unknown-write"),
+        pytest.param(lambda m: m.set_records({("gone", "session"): 1}), "state", id="unknown-state"),
+        pytest.param(lambda m: m.set_records({("ready", "team"): 1}), "scope", id="unknown-scope"),
+        pytest.param(lambda m: m.eviction(""), "reason", id="empty-reason"),
+        pytest.param(lambda m: m.upstream_error(""), "kind", id="empty-kind"),
+        pytest.param(lambda m: m.saved_tokens(-1, 0), "non-negative", id="negative-tokens"),
+    ],
+)
+def test_bad_label_values_are_refused(call: Callable[[Metrics], object], message: str) -> None:
+    metrics = Metrics()
+    before = series(metrics)
+    with pytest.raises(ValueError, match=message):
+        call(metrics)
+    assert series(metrics) == before  # a refused value leaves no new series behind
+
+
+def series(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_render_parses_and_carries_the_values() -> None:
+    metrics = Metrics()
+    metrics.observe_request("hit", "chitchat", "accept_zone", 0.002)
+    metrics.saved_tokens(prompt=40, completion=12)
+    metrics.set_records({("ready", "tenant"): 7})
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain")
+    families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+    assert set(ISSUE_9_METRICS) <= set(families)
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families.values()
+        for sample in family.samples
+    }
+    rendered = {key: val for key, val in samples.items() if not key[0].endswith("_created")}
+    assert rendered == series(metrics)  # the text carries every series, values intact
+    assert samples[("smartcache_saved_tokens_total", (("kind", "prompt"),))] == 40
+    assert samples[("smartcache_records", (("scope", "tenant"), ("state", "ready")))] == 7
+    hit = (("intent", "chitchat"), ("reason", "accept_zone"), ("status", "hit"))
+    assert samples[("smartcache_requests_total", hit)] == 1

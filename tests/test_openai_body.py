@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from proxy.errors import InvalidRequest
+from proxy.openai_body import (
+    completion_chunks,
+    parse_cache_control,
+    parse_chat_request,
+)
+
+
+def body(**kw: object) -> bytes:
+    return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw})
+
+
+def test_cache_field_is_stripped_and_controls_merged() -> None:
+    req = parse_chat_request(body(cache={"no_store": True, "ttl": 60, "namespace": "ns"}),
+                             cache_control="max-age=30, no-cache")
+    assert "cache" not in req.forward_body
+    assert req.controls.no_store and req.controls.no_cache
+    assert req.controls.ttl == 30 and req.controls.namespace == "ns"
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"n": 2}, "n>1"),
+        ({"logprobs": True}, "logprobs"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+         "non_text_content"),
+        ({"messages": [{"role": "system", "content": "s"}]}, "no_user_turn"),
+        ({"n": 1}, None),
+    ],
+)
+def test_bypass_reasons(kw: dict[str, object], reason: str | None) -> None:
+    assert parse_chat_request(body(**kw)).bypass_reason == reason
+
+
+def test_text_parts_are_joined_and_roles_kept() -> None:
+    req = parse_chat_request(body(messages=[
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "c"},
+    ]))
+    assert req.system_text == "sys"
+    assert [m.role for m in req.turns] == ["user", "assistant", "user"]
+    assert req.turns[0].text == "a\nb"
+    assert req.last_user_text == "c"
+
+
+@pytest.mark.parametrize("header", ["max-age=abc", "max-age="])
+def test_bad_cache_control_is_a_client_error(header: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_cache_control(header)
+
+
+def test_chunks_form_a_valid_stream() -> None:
+    events = completion_chunks(completion_id="chatcmpl-x", model="m", content="hello world " * 5,
+                               include_usage=True)
+    assert events[-1] == b"data: [DONE]\n\n"
+    decoded = [orjson.loads(e[6:]) for e in events[:-1]]
+    assert decoded[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(d["choices"][0]["delta"].get("content", "") for d in decoded if d["choices"])
+    assert text == "hello world " * 5
+    assert decoded[-2]["choices"][0]["finish_reason"] == "stop"
+    assert decoded[-1]["choices"] == [] and decoded[-1]["usage"]["total_tokens"] == 0

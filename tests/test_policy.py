@@ -1,0 +1,316 @@
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.policy import (
+    GENERAL,
+    SCOPES,
+    Policy,
+    PolicyError,
+    load_policy,
+    parse_policy,
+    policy_table,
+)
+from proxy.tagger import keyword_intent
+
+SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+REQUIRED_INTENTS = (
+    "chitchat", "travel", "shopping", "after_sales", "customer_support", "refund", "logistics", "code",
+    "doc_rewrite", "legal", "realtime", "medical", "general",
+)
+HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Policy:
+    return load_policy(SHIPPED)
+
+
+def forced(policy: Policy, text: str) -> str | None:
+    """The intent the classifier's keyword matcher forces for ``text``, if any."""
+    return keyword_intent(text, {name: intent.keywords for name, intent in policy.intents.items() if intent.force})
+
+
+@pytest.fixture(scope="module")
+def shipped_data() -> dict[str, Any]:
+    data = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def minimal(**intents: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "version": "t1",
+        "defaults": {"cache": True, "accept": 0.9, "candidate": 0.85, "direct_hit": True,
+                     "half_hit": "incremental", "validate": ["entities"], "ttl": 60, "scope": "session"},
+        "intents": {"general": {}, **intents},
+    }
+
+
+# --- the shipped policy --------------------------------------------------------------------------
+
+
+def test_shipped_policy_has_every_required_intent(shipped: Policy) -> None:
+    assert set(REQUIRED_INTENTS) <= set(shipped.intents)
+    assert shipped.source == str(SHIPPED)
+    assert shipped.version
+
+
+@pytest.mark.parametrize("name", REQUIRED_INTENTS)
+def test_shipped_intents_have_bilingual_exemplars_and_keywords(shipped: Policy, name: str) -> None:
+    intent = shipped.intents[name]
+    assert 8 <= len(intent.exemplars) <= 20
+    chinese = [text for text in intent.exemplars if HAN.search(text)]
+    english = [text for text in intent.exemplars if not HAN.search(text)]
+    assert len(chinese) >= 4 and len(english) >= 4
+    assert intent.keywords
+    assert len(set(intent.exemplars)) == len(intent.exemplars)
+
+
+def test_shipped_thresholds_follow_the_seed_risk_table(shipped: Policy) -> None:
+    chitchat = shipped.intents["chitchat"]
+    assert (chitchat.candidate, chitchat.accept) == (0.78, 0.82)
+    for name in ("travel", "shopping"):
+        intent = shipped.intents[name]
+        assert 0.86 <= intent.candidate <= intent.accept <= 0.90 and intent.direct_hit
+        assert set(intent.validate) == {"budget", "dates", "counts", "entities"}
+    for name in ("code", "legal"):
+        intent = shipped.intents[name]
+        assert intent.candidate >= 0.92 and not intent.direct_hit and intent.half_hit == "context_only"
+    for name in ("realtime", "medical"):
+        intent = shipped.intents[name]
+        assert not intent.cache and intent.force
+
+
+def test_shipped_pools_are_per_session_except_chitchat(shipped: Policy) -> None:
+    for intent in shipped.intents.values():
+        assert intent.scope == "session" and not intent.global_safe
+        assert intent.pools == (("session", "user", "tenant") if intent.name == "chitchat" else ("session",))
+
+
+def test_shipped_exemplars_are_not_forced_into_another_intent(shipped: Policy) -> None:
+    for intent in shipped.intents.values():
+        for text in intent.exemplars:
+            assert forced(shipped, text) in (None, intent.name), (intent.name, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("今天杭州天气怎么样", "realtime"),
+        ("What's the weather like today?", "realtime"),
+        ("美元汇率多少", "realtime"),
+        ("I know the answer already", None),  # "now" only as a whole word
+        ("布洛芬的剂量是多少", "medical"),
+        ("What is the right DOSE for my current cold?", "medical"),  # medical outranks realtime
+        ("明天上午的会我不去了，帮我写一封请假邮件", "leave_email"),
+        ("帮我写一封投诉邮件", "complaint_email"),
+        ("客服电话为什么打不通", None),  # customer-service intents are chosen by the classifier
+        ("谢谢", None),
+    ],
+)
+def test_forced_keywords(shipped: Policy, text: str, expected: str | None) -> None:
+    assert forced(shipped, text) == expected
+
+
+def test_for_intent_falls_back_to_general(shipped: Policy) -> None:
+    assert shipped.for_intent("travel").name == "travel"
+    assert shipped.for_intent("astrology") is shipped.intents[GENERAL]
+
+
+def test_policy_objects_are_frozen(shipped: Policy) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shipped.intents["travel"].accept = 0.1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        shipped.intents["travel"] = shipped.intents["code"]  # type: ignore[index]
+
+
+def test_policy_table_has_a_row_per_intent_in_file_order(shipped: Policy) -> None:
+    rows = policy_table(shipped)
+    assert [row["intent"] for row in rows] == list(shipped.intents)
+    by_name = {row["intent"]: row for row in rows}
+    assert by_name["chitchat"]["pools"] == "session→user→tenant"
+    assert by_name["code"]["direct_hit"] == "no" and by_name["code"]["half_hit"] == "context_only"
+    assert by_name["realtime"]["cache"] == "no" and by_name["realtime"]["accept"] == "-"
+    assert by_name["logistics"]["ttl"] == "10m" and by_name["logistics"]["validate"] == "dates,counts,entities"
+    assert by_name["travel"]["validate"] == "all" and by_name["chitchat"]["validate"] == "-"
+    assert all(isinstance(cell, str) for row in rows for cell in row.values())
+
+
+# --- inheritance and pools -----------------------------------------------------------------------
+
+
+def test_intents_inherit_the_defaults_block() -> None:
+    policy = parse_policy(minimal(travel={"accept": 0.95, "keywords": ["trip"]}), "mem.yaml")
+    travel = policy.intents["travel"]
+    assert (travel.accept, travel.candidate, travel.ttl, travel.validate) == (0.95, 0.85, 60, ("entities",))
+    assert travel.widen_to == "session" and not travel.force and travel.feedback_floor == 0.0
+    assert policy.defaults.name == "defaults" and list(policy.intents) == ["general", "travel"]
+
+
+def test_global_pool_needs_global_safe() -> None:
+    body = {"keywords": ["hi"], "widen_to": "global", "global_safe": True}
+    policy = parse_policy(minimal(chitchat=body), "mem.yaml")
+    assert policy.intents["chitchat"].pools == SCOPES
+
+
+def test_classifier_block_is_optional_and_validated() -> None:
+    assert parse_policy(minimal(), "mem.yaml").classifier.followup_max_chars > 0
+    data = minimal()
+    data["classifier"] = {"min_similarity": 0.7, "margin": 0.05, "followup_max_chars": 20}
+    assert parse_policy(data, "mem.yaml").classifier.margin == 0.05
+
+
+# --- broken copies of the shipped policy -----------------------------------------------------------
+
+
+def set_path(dotted: str, new: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[last] = new
+
+    return mutate
+
+
+def update_path(dotted: str, **values: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        node = data
+        for part in dotted.split("."):
+            node = node[part]
+        node.update(values)
+
+    return mutate
+
+
+def delete_path(dotted: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        del node[last]
+
+    return mutate
+
+
+BROKEN = [
+    pytest.param(set_path("intents.travel.accept", "high"), "intents.travel.accept", "between 0 and 1",
+                 id="wrong-type-threshold"),
+    pytest.param(set_path("intents.code.direct_hit", "no"), "intents.code.direct_hit", "true or false",
+                 id="wrong-type-bool"),
+    pytest.param(set_path("defaults.ttl", 1.5), "defaults.ttl", "whole number", id="wrong-type-ttl"),
+    pytest.param(set_path("intents.travel.keywords", "hotel"), "intents.travel.keywords", "list",
+                 id="wrong-type-list"),
+    pytest.param(set_path("intents.travel.keywords", ["hotel", False]), "intents.travel.keywords", "quote",
+                 id="yaml-boolean-keyword"),
+    pytest.param(set_path("version", 3), "version", "quote it", id="wrong-type-version"),
+    pytest.param(set_path("intents.travel.acept", 0.9), "intents.travel.acept", "did you mean 'accept'",
+                 id="unknown-intent-key"),
+    pytest.param(set_path("defaults.cache_all", True), "defaults.cache_all", "unknown key",
+                 id="unknown-defaults-key"),
+    pytest.param(set_path("intent", {}), "intent", "did you mean 'intents'", id="unknown-top-level-key"),
+    pytest.param(set_path("classifier.top_k", 3), "classifier.top_k", "unknown key",
+                 id="unknown-classifier-key"),
+    pytest.param(set_path("intents.shopping.accept", 0.80), "intents.shopping.accept", "below candidate",
+                 id="accept-below-candidate"),
+    pytest.param(set_path("defaults.candidate", 0.95), "defaults.accept", "below candidate",
+                 id="accept-below-candidate-in-defaults"),
+    pytest.param(set_path("intents.chitchat.candidate", 1.2), "intents.chitchat.candidate", "outside [0, 1]",
+                 id="threshold-above-one"),
+    pytest.param(set_path("defaults.feedback_floor", -0.1), "defaults.feedback_floor", "outside [0, 1]",
+                 id="threshold-below-zero"),
+    pytest.param(set_path("classifier.margin", 2), "classifier.margin", "outside [0, 1]",
+                 id="classifier-threshold-above-one"),
+    pytest.param(set_path("intents.travel.scope", "team"), "intents.travel.scope", "session, user, tenant",
+                 id="bad-scope"),
+    pytest.param(set_path("intents.code.half_hit", "partial"), "intents.code.half_hit", "incremental",
+                 id="bad-half-hit"),
+    pytest.param(set_path("intents.travel.validate", ["budget", "price"]), "intents.travel.validate",
+                 "unknown check 'price'", id="bad-validate-item"),
+    pytest.param(update_path("intents.travel", scope="tenant", widen_to="session"), "intents.travel.widen_to",
+                 "narrower", id="widen-narrower-than-scope"),
+    pytest.param(set_path("intents.chitchat.widen_to", "global"), "intents.chitchat.widen_to", "global_safe",
+                 id="global-widen-without-global-safe"),
+    pytest.param(set_path("intents.travel.scope", "global"), "intents.travel.scope", "global_safe",
+                 id="global-scope-without-global-safe"),
+    pytest.param(set_path("intents.travel.prewarm", True), "intents.travel.prewarm", "unreachable",
+                 id="prewarm-in-session-pool"),
+    pytest.param(delete_path("intents.general"), "intents.general", "fallback", id="missing-general"),
+    pytest.param(delete_path("defaults.ttl"), "defaults.ttl", "required", id="missing-default"),
+    pytest.param(delete_path("version"), "version", "required", id="missing-version"),
+    pytest.param(set_path("defaults.keywords", ["x"]), "defaults.keywords", "per intent",
+                 id="keywords-in-defaults"),
+    pytest.param(set_path("intents.Travel", {"keywords": ["x"]}), "intents.Travel", "lower-case",
+                 id="bad-intent-name"),
+    pytest.param(set_path("intents.travel", ["a"]), "intents.travel", "mapping", id="intent-not-a-mapping"),
+    pytest.param(set_path("intents.leave_email.keywords", ["请假", "今天"]), "intents.leave_email.keywords",
+                 "also forces intent 'realtime'", id="forced-keyword-shared"),
+    pytest.param(set_path("intents.empty", {"accept": 0.95}), "intents.empty.exemplars", "never choose it",
+                 id="unreachable-intent"),
+    pytest.param(set_path("intents.loud", {"force": True, "exemplars": ["x"]}), "intents.loud.force",
+                 "at least one keyword", id="force-without-keywords"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "key", "reason"), BROKEN)
+def test_broken_copy_is_refused_naming_the_key(
+    tmp_path: Path,
+    shipped_data: dict[str, Any],
+    mutate: Callable[[dict[str, Any]], None],
+    key: str,
+    reason: str,
+) -> None:
+    data = copy.deepcopy(shipped_data)
+    mutate(data)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    error = caught.value
+    assert (error.file, error.key) == (str(path), key)
+    assert reason in error.reason
+    assert str(error) == f"{path}: {key}: {error.reason}"
+
+
+RAW = [
+    pytest.param("version: '1'\nversion: '2'\n", "(yaml)", "duplicate key 'version'", id="duplicate-key"),
+    pytest.param("version: '1'\nintents: [\n", "(yaml)", "line", id="syntax-error"),
+    pytest.param("", "(top level)", "nothing", id="empty-file"),
+    pytest.param("- a\n- b\n", "(top level)", "a list", id="top-level-list"),
+    pytest.param("version: '1'\ndefaults:\nintents: {}\n", "defaults", "non-empty mapping",
+                 id="empty-defaults"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), RAW)
+def test_broken_file_is_refused(tmp_path: Path, text: str, key: str, reason: str) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    assert caught.value.key == key and reason in caught.value.reason
+
+
+def test_duplicate_intent_in_the_shipped_file_is_refused(tmp_path: Path) -> None:
+    text = SHIPPED.read_text(encoding="utf-8") + "\n  travel:\n    accept: 0.5\n    candidate: 0.4\n"
+    path = tmp_path / "twice.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PolicyError, match="duplicate key 'travel'"):
+        load_policy(path)
+
+
+def test_missing_file_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(tmp_path / "absent.yaml")
+    assert caught.value.key == "(file)"

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import orjson
+
+from proxy.streaming import StreamTee, answer_of_completion
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def chunk(content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    return ev({"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+def test_tee_reassembles_split_events_and_strips_our_usage_chunk() -> None:
+    usage = ev({"id": "c1", "choices": [], "usage": {"prompt_tokens": 3}})
+    stream = chunk("Hel") + chunk("lo") + chunk(finish="stop") + usage + b"data: [DONE]\n\n"
+    tee = StreamTee(strip_usage=True)
+    out = b"".join(tee.feed(stream[i : i + 7]) for i in range(0, len(stream), 7)) + tee.flush()
+    assert tee.text == "Hello" and tee.complete and tee.usage == {"prompt_tokens": 3}
+    assert b"usage" not in out and out.endswith(b"data: [DONE]\n\n")
+    assert tee.response_id == "c1"
+
+
+def test_tee_without_done_or_with_tool_calls_is_incomplete() -> None:
+    tee = StreamTee()
+    tee.feed(chunk("Hi") + chunk(finish="stop"))
+    assert not tee.complete
+    tee = StreamTee()
+    tee.feed(ev({"choices": [{"delta": {"tool_calls": [{"id": "x"}]}, "finish_reason": "stop"}]}) + b"data: [DONE]\n\n")
+    assert not tee.complete
+
+
+def test_answer_of_completion_stores_only_plain_stopped_answers() -> None:
+    ok = {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}
+    assert answer_of_completion(ok) == ("x", {"prompt_tokens": 1})
+    assert answer_of_completion({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]})[0] is None
+    assert answer_of_completion({"choices": [{"message": {"content": " "}, "finish_reason": "stop"}]})[0] is None
+    assert answer_of_completion([])[0] is None
