@@ -3,7 +3,6 @@ one cleanup context, so start-up and shutdown are written once, side by side."""
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,23 +12,14 @@ from aiohttp import web
 
 from proxy import keys
 from proxy.admin import add_admin_routes
-from proxy.cache import SemanticCache
-from proxy.chat import ChatService, HitJudge, PolicyBox
-from proxy.embedder import BatchingEmbedder
 from proxy.embedding_backends import SyncEmbedder
-from proxy.embedding_packs import load_embedder
 from proxy.engine import LocalEngine
-from proxy.intent import IntentClassifier
 from proxy.lifecycle import Capacity, Lifecycle, running
 from proxy.metrics import Metrics
 from proxy.middlewares import error_middleware
-from proxy.policy import load_policy
+from proxy.parts import open_parts
 from proxy.routes import add_routes
 from proxy.settings import Settings
-from proxy.signer import ContextSigner, SignerSettings
-from proxy.store import SqliteStore
-from proxy.upstream import Upstream
-from proxy.vector_index import HnswIndex
 
 log = structlog.get_logger("smartcache")
 UPSTREAM_URL = web.AppKey("upstream_url", str)
@@ -66,38 +56,19 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
     s = app[keys.SETTINGS]
     app[keys.TENANT_SALT] = tenant_salt(s.data_dir)
-    backend = app.get(BACKEND) or await asyncio.to_thread(
-        load_embedder, s.embedding_model, s.models_root, threads=s.embed_threads or None, auto_install=True)
-    embedder = BatchingEmbedder(backend, max_batch=s.embed_max_batch, max_wait_s=s.embed_max_wait_ms / 1000)
-    policy = load_policy(s.policy)
-    classifier = await IntentClassifier.build(policy, embedder)
-    store = await SqliteStore.open(s.db_path)
-    cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
-    loaded = await cache.load()
-    flavour = s.upstream_flavour if s.upstream else "llamacpp"
-    upstream = Upstream(app[UPSTREAM_URL], timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
-    judge = HitJudge(window=max(s.ready_after, 1.0))
-    box = PolicyBox(policy, classifier)
-    signer = ContextSigner(embedder, classifier, SignerSettings())
-    app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = embedder, cache, upstream
-    app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = box, signer, judge
-    app[keys.CHAT] = ChatService(
-        cache=cache, signer=signer, policy_box=box, upstream=upstream, flavour=flavour,
-        slot_count=s.engine_parallel if flavour == "llamacpp" else None, metrics=app[keys.METRICS],
-        judge=judge, debug_headers=s.debug_headers, regenerate_window=s.regenerate_window,
-    )
-    lifecycle = Lifecycle(cache, app[keys.METRICS], judge, Capacity(s.max_records, s.max_answer_bytes))
-    app[LIFECYCLE] = lifecycle
-    log.info("cache.ready", records=loaded, model=s.embedding_model, policy=str(s.policy),
-             policy_version=policy.version, upstream=app[UPSTREAM_URL])
-    interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
-    try:
+    async with open_parts(s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS],
+                          backend=app.get(BACKEND)) as parts:
+        app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
+        app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
+        app[keys.CHAT] = parts.chat
+        lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge,
+                              Capacity(s.max_records, s.max_answer_bytes))
+        app[LIFECYCLE] = lifecycle
+        log.info("cache.ready", records=parts.loaded, model=s.embedding_model, policy=str(s.policy),
+                 policy_version=parts.policy_box.policy.version, upstream=app[UPSTREAM_URL])
+        interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
         async with running(lifecycle, interval):
             yield
-    finally:
-        await upstream.close()
-        await embedder.close()
-        await store.close()
 
 
 def create_app(settings: Settings, *, backend: SyncEmbedder | None = None) -> web.Application:

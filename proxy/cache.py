@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.decision import Decision, Status, decide
+from proxy.decision import Candidate, Decision, Status, decide
 from proxy.identity import Identity
 from proxy.openai_body import ChatRequest
 from proxy.policy import IntentPolicy
@@ -97,7 +97,7 @@ class SemanticCache:
         self.index.delete(labels)
 
     async def candidates(self, sig: Signature, request: ChatRequest, who: Identity,
-                         policy: IntentPolicy) -> list[tuple[Record, float]]:
+                         policy: IntentPolicy) -> list[Candidate]:
         namespace = request.controls.namespace or ""
 
         def admit(label: int) -> bool:
@@ -121,7 +121,7 @@ class SemanticCache:
             r = rows.get(label)
             if (r is not None and r.state == "ready" and r.expires_at > now
                     and r.feedback_score >= policy.feedback_floor and visible(r, who, policy.widen_to)):
-                out.append((r, score))
+                out.append(Candidate(r, score, float(r.qvector_array() @ sig.question_vector)))
         return out
 
     async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Decision:
@@ -146,8 +146,9 @@ class SemanticCache:
         record = Record(
             cache_id="sc-" + uuid.uuid4().hex[:20], tenant=who.tenant, user=who.user,
             scope=_write_scope(policy, sig), session=who.session, namespace=request.controls.namespace or "",
-            context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.tags.to_json(),
-            vector=np.asarray(sig.vector, dtype=np.float32).tobytes(), answer_text=answer,
+            context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.record_tags(),
+            vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
+            qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(), answer_text=answer,
             key_facts=extract_key_facts(answer).to_json(), model=request.model,
             system_prompt_version=sig.system_prompt_version, policy_version=policy_version,
             request_hash=sig.request_hash, state="ready" if self.ready_after <= 0 else "pending",

@@ -55,6 +55,17 @@ class Outcome:
     decision: Decision | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do with a request. ``policy`` is set exactly when its answer may be stored."""
+
+    status: Status
+    reason: str
+    signature: Signature | None = None
+    policy: IntentPolicy | None = None
+    decision: Decision | None = None
+
+
 @dataclass
 class HitJudge:
     """A served hit is *accepted* when the session goes on without a correction or regenerate
@@ -106,34 +117,44 @@ class ChatService:
             self._account(out, who, elapsed)
         return response
 
-    async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
+    async def plan(self, req: ChatRequest, who: Identity, *, system_version: str | None = None,
+                   stages: dict[str, float] | None = None) -> Plan:
+        """Everything up to the choice of hit, half-hit, miss or bypass; no upstream IO.
+        The HTTP handler and offline replay both go through here."""
+        stages = {} if stages is None else stages
         if req.bypass_reason:
-            return await self._forward(http, req, who, out, Status.BYPASS, req.bypass_reason, store=None)
+            return Plan(Status.BYPASS, req.bypass_reason)
         feedback = await self._feedback(req, who)
         if feedback == "reset":
-            return await self._forward(http, req, who, out, Status.BYPASS, "session_reset", store=None)
+            return Plan(Status.BYPASS, "session_reset")
         t = time.perf_counter()
-        sig = await self.signer.sign(req, system_version=http.headers.get("x-smartcache-system-version"))
-        out.stages["sign"] = time.perf_counter() - t
-        out.signature, out.intent = sig, sig.tags.intent
+        sig = await self.signer.sign(req, system_version=system_version)
+        stages["sign"] = time.perf_counter() - t
         policy = self.policy_box.policy.for_intent(sig.tags.intent)
-        store = (sig, policy)
         if not policy.cache:
-            return await self._forward(http, req, who, out, Status.BYPASS, f"intent_disabled:{policy.name}",
-                                       store=None)
-        if feedback:
-            return await self._forward(http, req, who, out, Status.MISS, feedback, store=store)
-        if sig.tags.context_switch:
-            return await self._forward(http, req, who, out, Status.MISS, "topic_switch", store=store)
-        if req.controls.no_cache:
-            return await self._forward(http, req, who, out, Status.MISS, "no_cache", store=store)
+            return Plan(Status.BYPASS, f"intent_disabled:{policy.name}", sig)
+        skip = feedback or ("topic_switch" if sig.tags.context_switch else None) or (
+            "no_cache" if req.controls.no_cache else None)
+        if skip:
+            return Plan(Status.MISS, skip, sig, policy)
         t = time.perf_counter()
         decision = await self.cache.lookup(sig, req, who, policy)
-        out.stages["index"] = time.perf_counter() - t
-        out.decision, out.score = decision, decision.score
-        if decision.status is Status.HIT and decision.record is not None:
-            return await self._serve(http, req, who, out, decision.record, sig)
-        return await self._forward(http, req, who, out, decision.status, decision.reason, store=store)
+        stages["index"] = time.perf_counter() - t
+        return Plan(decision.status, decision.reason, sig, policy, decision)
+
+    async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
+        plan = await self.plan(req, who, system_version=http.headers.get("x-smartcache-system-version"),
+                               stages=out.stages)
+        out.signature, out.decision = plan.signature, plan.decision
+        if plan.signature is not None:
+            out.intent = plan.signature.tags.intent
+        if plan.decision is not None:
+            out.score = plan.decision.score
+        if plan.status is Status.HIT and plan.decision is not None and plan.decision.record is not None:
+            assert plan.signature is not None
+            return await self._serve(http, req, who, out, plan.decision.record, plan.signature)
+        store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
+        return await self._forward(http, req, who, out, plan.status, plan.reason, store=store)
 
     async def _feedback(self, req: ChatRequest, who: Identity) -> str | None:
         """The session's own signals about its last answer. Returns why this request skips lookup."""

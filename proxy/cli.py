@@ -123,6 +123,62 @@ def cmd_check_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_convs(paths: list[Path]) -> list[Any]:
+    from proxy.datasets import load_traces
+
+    return load_traces(paths)
+
+
+def _replay_rows(args: argparse.Namespace, *, shadow: bool) -> list[Any]:
+    from rich.progress import Progress
+
+    from proxy.replay import run_replay
+
+    convs = _load_convs(args.traces)
+    settings = load_settings(overrides={"policy": getattr(args, "policy", None)})
+    with Progress(transient=True) as bar:
+        task = bar.add_task("replay" if not shadow else "shadow replay", total=len(convs))
+        return asyncio.run(run_replay(convs, settings=settings, shadow=shadow,
+                                      progress=lambda n: bar.advance(task, n)))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from proxy.report import print_summary, write_report
+
+    configure_logging("warning")
+    rows = _replay_rows(args, shadow=False)
+    print_summary(rows)
+    if args.report:
+        shadow = _replay_rows(args, shadow=True) if args.plots else []
+        print(f"report: {write_report(args.report, rows, shadow)}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from proxy.calibrate import calibrate, write_policy
+    from proxy.report import print_calibration
+
+    configure_logging("warning")
+    rows = _replay_rows(args, shadow=True)
+    results = calibrate(rows, target=args.target_false_hit)
+    print_calibration(results)
+    if args.out:
+        source = args.policy or load_settings().policy
+        write_policy(source, args.out, results, traces=[str(p) for p in args.traces], target=args.target_false_hit)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    from proxy.warm import warm
+
+    configure_logging("warning")
+    settings = settings_from(args)
+    written, skipped = asyncio.run(warm(_load_convs(args.conversations), settings))
+    print(f"warm: {written} records written, {skipped} already present")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smartcache", description="Multi-turn semantic cache proxy")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +193,22 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-policy", help="validate a policy file and print its table")
     check.add_argument("file", type=Path)
     check.set_defaults(func=cmd_check_policy)
+    replay = sub.add_parser("replay", help="replay traces through the cache offline and report")
+    replay.add_argument("traces", nargs="+", type=Path)
+    replay.add_argument("--policy", type=Path)
+    replay.add_argument("--report", type=Path, help="folder for an HTML report with plots")
+    replay.add_argument("--no-plots", dest="plots", action="store_false")
+    replay.set_defaults(func=cmd_replay)
+    cal = sub.add_parser("calibrate", help="choose per-intent thresholds for a target false-hit rate")
+    cal.add_argument("traces", nargs="+", type=Path)
+    cal.add_argument("--target-false-hit", type=float, default=1e-3)
+    cal.add_argument("--policy", type=Path)
+    cal.add_argument("--out", type=Path)
+    cal.set_defaults(func=cmd_calibrate)
+    warm = sub.add_parser("warm", help="write past conversations into the cache as ready records")
+    warm.add_argument("conversations", nargs="+", type=Path)
+    _serve_args(warm)
+    warm.set_defaults(func=cmd_warm)
     return parser
 
 

@@ -61,7 +61,7 @@ class Settings:
         return self.data_dir / "cache.sqlite3"
 
     def replace(self, **changes: Any) -> Settings:
-        return load_settings(base=self, overrides=changes, source="arguments")
+        return load_settings(base=self, overrides=changes, environ={}, source="arguments")
 
 
 def _coerce(source: str, key: str, value: Any, hint: Any) -> Any:

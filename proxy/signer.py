@@ -90,7 +90,8 @@ def entities_from_json(d: dict[str, Any]) -> Entities:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    vector: np.ndarray
+    vector: np.ndarray  # the encoding view: the conversation as a whole
+    question_vector: np.ndarray  # the current user turn alone
     tags: CoarseTags
     system_prompt_version: str
     context_fingerprint: str
@@ -98,6 +99,11 @@ class Signature:
     current_text: str  # normalised current user turn
     active_user_text: str  # the user turns that make up the view, normalised (constraints come from here)
     view_text: str
+    previous_reply: str = ""  # the last assistant message before this turn, normalised and cut
+
+    def record_tags(self) -> dict[str, Any]:
+        """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
+        return {**self.tags.to_json(), "question": self.current_text[:600], "previous_reply": self.previous_reply}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +189,7 @@ class ContextSigner:
         )
         return Signature(
             vector=vector,
+            question_vector=vecs[0],
             tags=tags,
             system_prompt_version=spv,
             context_fingerprint=context_fingerprint(spv, request.model, guess.intent),
@@ -190,7 +197,14 @@ class ContextSigner:
             current_text=current,
             active_user_text="\n".join(users),
             view_text=view,
+            previous_reply=self._previous_reply(view_turns),
         )
+
+    def _previous_reply(self, history: Sequence[Message]) -> str:
+        for m in reversed(history):
+            if m.role == "assistant":
+                return self.normalize(m.text)[:400]
+        return ""
 
     def _running_intent(self, recent: Sequence[str], vecs: Sequence[np.ndarray]) -> str | None:
         running: str | None = None

@@ -32,6 +32,7 @@ class Record:
     intent: str
     coarse_tags: Mapping[str, Any]
     vector: bytes
+    qvector: bytes
     answer_text: str
     key_facts: Mapping[str, Any]
     model: str
@@ -51,6 +52,9 @@ class Record:
 
     def vector_array(self) -> np.ndarray:
         return np.frombuffer(self.vector, dtype=np.float32)
+
+    def qvector_array(self) -> np.ndarray:
+        return np.frombuffer(self.qvector, dtype=np.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,7 @@ CREATE TABLE IF NOT EXISTS records (
   cache_id TEXT UNIQUE NOT NULL,
   tenant TEXT NOT NULL, user TEXT, scope TEXT NOT NULL, session TEXT NOT NULL, namespace TEXT NOT NULL,
   context_fingerprint TEXT NOT NULL, intent TEXT NOT NULL, coarse_tags TEXT NOT NULL, vector BLOB NOT NULL,
+  qvector BLOB NOT NULL,
   answer_text TEXT NOT NULL, key_facts TEXT NOT NULL, model TEXT NOT NULL,
   system_prompt_version TEXT NOT NULL, policy_version TEXT NOT NULL, request_hash TEXT NOT NULL,
   state TEXT NOT NULL, created_at REAL NOT NULL, ready_at REAL NOT NULL, expires_at REAL NOT NULL,

@@ -1,0 +1,93 @@
+"""Lexical guards for the decision: what embeddings cannot see.
+
+- *Reordered words*: "A's father is B" and "B's father is A" embed almost identically (PAWS-X
+  pairs score AUC ~0.54 on every model we ship). When two questions share most words but in
+  another order, the cache cannot tell a paraphrase from a role swap, so it must not serve.
+- *Context-dependent turns*: "Yes, please." or "what about their address?" mean what the last
+  assistant message makes them mean; such a turn may reuse an answer only if that message is
+  (nearly) the same.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from proxy.normalize import Segmenter, default_segmenter
+
+_EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_STOP = _words(
+    "a an the is are was were be to of in on at for and or do does did i you me my your it its this that "
+    "please can could would will what which who how why when where 的 了 吗 呢 吧 啊 是 我 你 请 一下"
+)
+_ANAPHORA_EN = _words(
+    "it its that this these those they them their there he she his her him one ones yes no ok okay sure "
+    "and also too else"
+)
+_ANAPHORA_ZH = ("它", "那个", "这个", "那家", "这家", "那些", "这些", "他们", "她们", "上面", "刚才", "前面",
+                "好的", "可以", "是的", "不用", "还有", "那就", "那么")
+_FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
+
+
+def tokens(text: str, segmenter: Segmenter | None = None) -> list[str]:
+    """Content tokens in order: jieba words for Chinese, words for the rest."""
+    if _CJK.search(text):
+        words = (segmenter or default_segmenter()).words(text)
+        return [w for w in (w.strip().lower() for w in words) if w and w not in _STOP and (w.isalnum())]
+    return [w for w in _EN_WORD.findall(text.lower()) if w not in _STOP]
+
+
+def _discordant_fraction(order_a: Sequence[int], order_b: Sequence[int]) -> float:
+    pairs = discordant = 0
+    for i in range(len(order_a)):
+        for j in range(i + 1, len(order_a)):
+            pairs += 1
+            discordant += (order_a[i] - order_a[j]) * (order_b[i] - order_b[j]) < 0
+    return discordant / pairs if pairs else 0.0
+
+
+def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05,
+              segmenter: Segmenter | None = None) -> bool:
+    """True when the two texts share most content words but not in the same order."""
+    ta, tb = tokens(a, segmenter), tokens(b, segmenter)
+    if ta == tb or not ta or not tb:
+        return False
+    shared = [w for w in dict.fromkeys(ta) if w in tb]
+    if len(shared) < 3 or len(shared) / max(len(set(ta)), len(set(tb))) < overlap:
+        return False
+    pos_a = [ta.index(w) for w in shared]
+    pos_b = [tb.index(w) for w in shared]
+    return _discordant_fraction(pos_a, pos_b) > swap
+
+
+def context_dependent(text: str, segmenter: Segmenter | None = None) -> bool:
+    """Short, elliptical or anaphoric turns lean on the previous assistant message."""
+    lowered = text.strip().lower()
+    if lowered.startswith(_FOLLOWUP_START):
+        return True
+    if _CJK.search(lowered):
+        if any(a in lowered for a in _ANAPHORA_ZH):
+            return True
+        return len(_CJK.findall(lowered)) <= 8
+    words = _EN_WORD.findall(lowered)
+    return len(words) <= 6 or any(w in _ANAPHORA_EN for w in words)
+
+
+def _trigrams(text: str) -> set[str]:
+    t = re.sub(r"\s+", " ", text.strip().lower())
+    return {t[i : i + 3] for i in range(max(1, len(t) - 2))}
+
+
+def text_similarity(a: str, b: str) -> float:
+    """Character-trigram Jaccard: 1.0 for the same message, low for a different one."""
+    if not a and not b:
+        return 1.0
+    ga, gb = _trigrams(a), _trigrams(b)
+    return len(ga & gb) / len(ga | gb) if ga | gb else 0.0
