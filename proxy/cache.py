@@ -7,16 +7,18 @@ pools, and every candidate row read from SQLite is checked again before it can b
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from proxy.decision import Candidate, Decision, Status, decide
 from proxy.identity import Identity
+from proxy.normalize import system_prompt_version
 from proxy.openai_body import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.signer import Signature
@@ -33,7 +35,6 @@ POSITIVE_FEEDBACK = 0.1
 class IndexKey:
     """What the index filter needs to know about a label without touching SQLite."""
 
-    cache_id: str
     tenant: str
     session: str
     user: str | None
@@ -45,8 +46,22 @@ class IndexKey:
 
     @classmethod
     def of(cls, r: Record) -> IndexKey:
-        return cls(r.cache_id, r.tenant, r.session, r.user, r.scope, r.model, r.system_prompt_version,
-                   r.namespace, r.intent)
+        return cls.interned(r.tenant, r.session, r.user, r.scope, r.model, r.system_prompt_version, r.namespace,
+                            r.intent)
+
+    @classmethod
+    def interned(cls, *fields: Any) -> IndexKey:
+        """One key per record stays in memory: tenants, sessions, models and versions repeat across
+        records, so each is kept once (measured in benchmarks/bench_store.py)."""
+        return cls(*(sys.intern(f) if isinstance(f, str) else f for f in fields))
+
+
+@dataclass
+class _Rebuild:
+    """What lands while the index is rebuilt off the loop: replayed onto the new graph after the swap."""
+
+    added: list[tuple[int, np.ndarray, IndexKey]] = field(default_factory=list)
+    forgotten: set[int] = field(default_factory=set)
 
 
 def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
@@ -74,26 +89,61 @@ class SemanticCache:
         self.keys: dict[int, IndexKey] = {}
         self.sessions: dict[tuple[str, str], set[int]] = {}
         self._index_lock = asyncio.Lock()
+        self._rebuild: _Rebuild | None = None
 
     async def load(self) -> int:
-        """Rebuild the index from SQLite, the source of truth."""
-        items = []
-        async for record in self.store.iter_live():
-            assert record.label is not None
-            items.append((record.label, record.vector_array()))
-            self._remember(record.label, record)
-        await asyncio.to_thread(self.index.rebuild, items)
-        return len(items)
+        """Rebuild the index from SQLite, the source of truth: at start, and to compact it.
 
-    def _remember(self, label: int, record: Record) -> None:
-        self.keys[label] = IndexKey.of(record)
-        self.sessions.setdefault((record.tenant, record.session), set()).add(label)
+        Requests go on meanwhile against the old graph; writes and deletes that land during the
+        rebuild are logged and replayed onto the new one, so none is lost and none comes back."""
+        if self._rebuild is not None:
+            return len(self.index)
+        log = self._rebuild = _Rebuild()
+        try:
+            keys: dict[int, IndexKey] = {}
+            sessions: dict[tuple[str, str], set[int]] = {}
+            labels: list[int] = []
+            vectors = bytearray()  # one buffer, not a bytes object per record: less to free and fragment
+            async for label, vector, *fields in self.store.iter_index_rows():
+                labels.append(label)
+                vectors += vector
+                _remember_in(keys, sessions, label, IndexKey.interned(*fields))
+            matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
+            await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
+            self.keys, self.sessions = keys, sessions
+            for label, vector, key in log.added:
+                if label not in log.forgotten:
+                    self.index.add([label], vector.reshape(1, -1))
+                    _remember_in(keys, sessions, label, key)
+            self._forget_now(list(log.forgotten))
+        finally:
+            self._rebuild = None
+        return len(labels)
+
+    def _remember(self, label: int, record: Record, vector: np.ndarray) -> None:
+        key = IndexKey.of(record)
+        _remember_in(self.keys, self.sessions, label, key)
+        if self._rebuild is not None:
+            self._rebuild.added.append((label, vector, key))
 
     def forget(self, labels: list[int]) -> None:
+        """Take records out of the index and its filter maps. Call after SQLite no longer has them
+        live, so a concurrent rebuild cannot read them back."""
+        if self._rebuild is not None:
+            self._rebuild.forgotten.update(labels)
+        self._forget_now(labels)
+
+    def _forget_now(self, labels: list[int]) -> None:
         for label in labels:
             key = self.keys.pop(label, None)
-            if key is not None:
-                self.sessions.get((key.tenant, key.session), set()).discard(label)
+            if key is None:
+                continue
+            pool = self.sessions.get((key.tenant, key.session))
+            if pool is not None:
+                pool.discard(label)
+                if not pool:
+                    # months of one-off sessions must not leave an empty set each behind
+                    del self.sessions[(key.tenant, key.session)]
         self.index.delete(labels)
 
     async def candidates(self, sig: Signature, request: ChatRequest, who: Identity,
@@ -116,12 +166,15 @@ class SemanticCache:
         top = sorted(best.items(), key=lambda kv: -kv[1])[: self.top_k]
         rows = {r.label: r for r in await self.store.get_many([lab for lab, _ in top])}
         now = self.clock()
+        # the request's own max-age / ttl also bounds the age of what it is served, as in HTTP
+        oldest = -float("inf") if request.controls.ttl is None else now - request.controls.ttl
         out = []
         for label, score in top:
             r = rows.get(label)
-            if (r is not None and r.state == "ready" and r.expires_at > now
+            if (r is not None and r.state == "ready" and r.expires_at > now and r.created_at >= oldest
                     and r.feedback_score >= policy.feedback_floor and visible(r, who, policy.widen_to)):
-                out.append(Candidate(r, score, float(r.qvector_array() @ sig.question_vector)))
+                out.append(Candidate(r, score, float(r.qvector_array() @ sig.question_vector),
+                                     same_session=r.tenant == who.tenant and r.session == who.session))
         return out
 
     async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Decision:
@@ -145,7 +198,7 @@ class SemanticCache:
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
         record = Record(
             cache_id="sc-" + uuid.uuid4().hex[:20], tenant=who.tenant, user=who.user,
-            scope=_write_scope(policy, sig), session=who.session, namespace=request.controls.namespace or "",
+            scope=_write_scope(policy, sig, request), session=who.session, namespace=request.controls.namespace or "",
             context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.record_tags(),
             vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
             qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(), answer_text=answer,
@@ -158,9 +211,10 @@ class SemanticCache:
         )
         label = await self.store.insert(record)
         record = _with_label(record, label)
+        vector = np.asarray(sig.vector, dtype=np.float32)
         async with self._index_lock:
-            await asyncio.to_thread(self.index.add, [label], sig.vector.reshape(1, -1))
-            self._remember(label, record)
+            await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1))
+            self._remember(label, record, vector)
         await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, False,
                                                                                sig.request_hash))
         return record
@@ -189,15 +243,21 @@ class SemanticCache:
         return len(rows)
 
 
-def _write_scope(policy: IntentPolicy, sig: Signature) -> str:
-    """Global only for intents marked safe and answers written without personal context."""
-    e = sig.tags.entities
-    if policy.scope == "global" and (e.people or not policy.global_safe):
-        return "tenant"
-    return policy.scope
+def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:
+    """Global only for intents marked safe, answers written without personal context, and a
+    system-prompt version computed from the prompt itself: a version the caller asserted (the
+    x-smartcache-system-version header) could name another tenant's prompt and poison its pool."""
+    if policy.scope != "global":
+        return policy.scope
+    asserted = sig.system_prompt_version != system_prompt_version(request.system_text)
+    return "tenant" if sig.tags.entities.people or asserted or not policy.global_safe else "global"
+
+
+def _remember_in(keys: dict[int, IndexKey], sessions: dict[tuple[str, str], set[int]], label: int,
+                 key: IndexKey) -> None:
+    keys[label] = key
+    sessions.setdefault((key.tenant, key.session), set()).add(label)
 
 
 def _with_label(record: Record, label: int) -> Record:
-    from dataclasses import replace
-
     return replace(record, label=label)

@@ -179,6 +179,29 @@ def cmd_warm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    import httpx
+
+    from proxy.stats import fetch_snapshot, print_stats
+
+    try:
+        snapshot = fetch_snapshot(args.url)
+    except httpx.HTTPError as exc:
+        print(f"error: cannot read metrics from {args.url}: {exc}", file=sys.stderr)
+        return 2
+    print_stats(snapshot)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from proxy.demo import demo_settings, run_demo
+
+    settings = demo_settings(load_settings(), port=args.port, data_dir=args.data_dir)
+    configure_logging("warning")  # the table is the output; the canonical lines would bury it
+    asyncio.run(run_demo(settings, once=args.once))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smartcache", description="Multi-turn semantic cache proxy")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("conversations", nargs="+", type=Path)
     _serve_args(warm)
     warm.set_defaults(func=cmd_warm)
+    stats = sub.add_parser("stats", help="print hit rate, precision_hit, saved tokens, pollution and stage timings")
+    stats.add_argument("--url", default="http://127.0.0.1:8080", help="the proxy (its /metrics is read)")
+    stats.set_defaults(func=cmd_stats)
+    demo = sub.add_parser("demo", help="start engine + proxy, replay a bilingual conversation, keep serving")
+    demo.add_argument("--port", type=int, help="proxy port (default: the serve default; 0 = any free port)")
+    demo.add_argument("--data-dir", dest="data_dir", type=Path, help="default: <data_dir>/demo")
+    demo.add_argument("--once", action="store_true", help="exit after the table instead of serving on")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -216,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except SettingsError as exc:
+    except (SettingsError, ValueError) as exc:
+        # SettingsError, PolicyError, TraceError, PackError: all say file, key and fix
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -23,6 +23,9 @@ from proxy.store import Record
 from proxy.tagger import entities_conflict
 from proxy.validator import KeyFacts, extract_constraints, validate_answer
 
+# Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
+# repeat right after it); once other turns come between, the whole-conversation key has changed.
+MAX_TURN_GAP = 1
 CONTEXT_REPLY_SIMILARITY = 0.8  # trigram Jaccard of the assistant messages a dependent turn answers
 
 
@@ -31,6 +34,7 @@ class Candidate:
     record: Record
     view_similarity: float  # the conversations as wholes
     question_similarity: float  # the current turns alone
+    same_session: bool = False
 
     @property
     def score(self) -> float:
@@ -76,9 +80,12 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[C
     return out
 
 
-def lexical_guard(sig: Signature, record: Record) -> str | None:
+def lexical_guard(sig: Signature, cand: Candidate) -> str | None:
     """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.lexical)."""
-    tags = record.coarse_tags
+    tags = cand.record.coarse_tags
+    if cand.same_session and sig.turn_index - int(tags.get("turn", 0)) > MAX_TURN_GAP:
+        # the conversation moved on since that answer: other turns now sit between them
+        return "context_moved"
     question = str(tags.get("question", ""))
     if question and question != sig.current_text and reordered(sig.current_text, question):
         return "reordered_words"
@@ -110,7 +117,7 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
         return Decision(Status.MISS, "new_topic", record, score, signals=verdict.signals)
     if verdict.kind is ChangeKind.MODIFIES_CONTEXT:
         return Decision(Status.HALF_HIT, "modifies_context", record, score, signals=verdict.signals)
-    guard = lexical_guard(sig, record)
+    guard = lexical_guard(sig, best)
     if guard:
         return Decision(Status.HALF_HIT, guard, record, score, signals=verdict.signals)
     if score < policy.accept:

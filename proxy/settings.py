@@ -51,6 +51,10 @@ class Settings:
     engine_ctx: int = 4096
     engine_parallel: int = 4
     engine_threads: int = 0
+    # KV prewarm after every direct hit, whatever the intent's policy says (see proxy/prewarm.py)
+    prewarm: bool = False
+    prewarm_concurrency: int = 2  # prewarms in flight at once; more are dropped, never queued
+    coalesce: bool = True  # concurrent identical requests share one upstream call (proxy/coalesce.py)
 
     @property
     def models_root(self) -> Path:
@@ -100,6 +104,7 @@ def _validate(s: Settings, source: str) -> None:
         ("max_records", s.max_records >= 1, ">= 1"),
         ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),
         ("embed_max_batch", s.embed_max_batch >= 1, ">= 1"),
+        ("prewarm_concurrency", s.prewarm_concurrency >= 1, ">= 1"),
         ("log_level", s.log_level in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
     ]
     for key, ok, want in checks:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.normalize import Segmenter, default_segmenter, normalize_text
-from proxy.tagger import Entities, extract_entities, extract_numbers, merge_entities
+from proxy.tagger import _PLACE_ALIASES, Entities, canonical_place, extract_entities, extract_numbers, merge_entities
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
 
@@ -217,8 +217,11 @@ def _check_counts(facts: KeyFacts, c: Constraints) -> list[str]:
 
 
 def _check_entities(facts: KeyFacts, c: Constraints) -> list[str]:
-    if c.places and facts.places and not c.places & facts.places:
-        return [f"places:{','.join(sorted(facts.places))}"]
+    # Only known cities, provinces and countries can contradict: an itinerary for 杭州 naturally
+    # names 西湖 and 灵隐寺 without repeating the city.
+    known = {p for p in facts.places if canonical_place(p) in _PLACE_ALIASES}
+    if c.places and known and not c.places & known:
+        return [f"places:{','.join(sorted(known))}"]
     return []
 
 
