@@ -95,3 +95,20 @@ def text_similarity(a: str, b: str) -> float:
         return 1.0
     ga, gb = _trigrams(a), _trigrams(b)
     return len(ga & gb) / len(ga | gb) if ga | gb else 0.0
+
+
+# Whole turns that are only a courtesy formula mean the same whatever their wording; embeddings
+# put 谢谢 and 非常感谢 at 0.96, below any safe threshold, so they are named once here.
+_FORMULAS = {
+    "谢谢": ("谢谢", "谢谢你", "谢谢您", "非常感谢", "多谢", "感谢", "太感谢了", "谢谢啦", "万分感谢", "感谢你", "感谢您",
+           "thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "many thanks"),
+    "你好": ("你好", "您好", "嗨", "哈喽", "hello", "hi", "hey", "hi there", "hello there"),
+    "再见": ("再见", "拜拜", "回头见", "bye", "goodbye", "good bye", "bye bye", "see you"),
+}
+_FORMULA_OF = {v: k for k, vs in _FORMULAS.items() for v in vs}
+_TRIM = re.compile(r"[\s!！.。,，~～?？、]+")
+
+
+def canonical_formula(text: str) -> str | None:
+    """The canonical form of a turn that is nothing but a courtesy formula, else None."""
+    return _FORMULA_OF.get(_TRIM.sub(" ", text.lower()).strip())

@@ -18,6 +18,7 @@ import orjson
 
 from proxy.embedder import BatchingEmbedder
 from proxy.intent import GENERAL, IntentClassifier, IntentGuess
+from proxy.lexical import canonical_formula
 from proxy.normalize import normalize_text, system_prompt_version
 from proxy.openai_body import ChatRequest, Message
 from proxy.tagger import (
@@ -147,6 +148,7 @@ class ContextSigner:
         cached = self._norms.get(text)
         if cached is None:
             cached = normalize_text(text)
+            cached = canonical_formula(cached) or cached
             self._norms.put(text, cached)
         return cached
 

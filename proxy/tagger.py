@@ -603,6 +603,8 @@ _CHANGE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"|\b(?:don'?t|do not|dont)\b(?! (?:know|understand|think|mind|worry|get|care|remember|see|have to)\b)"
             r"|\b(?:remove|removing|without|exclude|excluding|drop|skip|cancel|avoid|except|no longer)\b"
             r"|leave out|get rid of|not include|no more"
+            # "but no temples please", "no museums": a bare "no" before a noun excludes it
+            r"|\b(?:but|and|with|,)\s+no\s+[a-z]{3,}|^no\s+(?!problem|thanks|thank|worries|idea|need)[a-z]{3,}s\b"
         ),
     ),
     (
