@@ -1,0 +1,164 @@
+"""`smartcache demo` for real: the embedded llama.cpp engine, the proxy in front of it and the
+offline embedder, run as the command a new user types. This is also the test of the main job's
+pieces: the engine comes up, the proxy comes up in front of it, a repeated question is a hit,
+and stopping the proxy stops the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from proxy.demo import MAX_TOKENS, SCRIPT, SYSTEM_PROMPT, DemoTurn, TurnResult, demo_settings, results_table
+from proxy.settings import load_settings
+from tests.conftest import Proxy, Upstream
+
+ROOT = Path(__file__).resolve().parent.parent
+ADDRESSES = re.compile(r"proxy (http://127\.0\.0\.1:(\d+)/v1) -> engine http://127\.0\.0\.1:(\d+)/v1")
+READY = "Ctrl-C stops the proxy and the engine."
+
+
+def demo_env(model_home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTCACHE_")}
+    # the pack built once for the test session; a wide table so no cell is folded
+    return {**env, "SMARTCACHE_MODEL_HOME": str(model_home), "COLUMNS": "240", "PYTHONUNBUFFERED": "1"}
+
+
+def table_rows(out: str) -> list[list[str]]:
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    return [row for row in rows if row and row[0].isdigit()]
+
+
+def refused(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+async def start_demo(tmp_path: Path, model_home: Path, *extra: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "proxy", "demo", "--port", "0", "--data-dir", str(tmp_path / "demo"), *extra,
+        cwd=ROOT, env=demo_env(model_home), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+
+
+def check_table(out: str) -> None:
+    rows = table_rows(out)
+    assert len(rows) == len(SCRIPT), out
+    statuses = [row[4] for row in rows]
+    assert {"miss", "hit", "bypass"} <= set(statuses), out
+    assert {row[1] for row in rows} == {"zh", "en"}
+    for row in rows:
+        if row[4] == "hit":
+            assert float(row[6]) >= 0.9 and int(row[8]) > 0, row  # a hit saved the tokens of its record
+        if row[4] == "bypass":
+            assert row[6] == "-" and int(row[8]) == 0, row
+
+
+async def test_demo_once_prints_the_table_and_stops_engine_and_proxy(tmp_path: Path, model_home: Path) -> None:
+    proc = await start_demo(tmp_path, model_home, "--once")
+    raw, _ = await asyncio.wait_for(proc.communicate(), timeout=240)
+    out = raw.decode()
+    print(out)
+    assert proc.returncode == 0, out
+    check_table(out)
+    found = ADDRESSES.search(out)
+    assert found, out
+    assert refused(int(found.group(2))) and refused(int(found.group(3)))
+    assert (tmp_path / "demo" / "engine.log").stat().st_size > 0
+
+
+async def test_demo_keeps_serving_until_ctrl_c(tmp_path: Path, model_home: Path) -> None:
+    proc = await start_demo(tmp_path, model_home)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        while not lines or READY not in lines[-1]:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=240)
+            assert line, "".join(lines)
+            lines.append(line.decode())
+        out = "".join(lines)
+        check_table(out)
+        found = ADDRESSES.search(out)
+        assert found
+        # the user's own requests after the script: a question and its paraphrase, in a session of their own
+        client = openai.AsyncOpenAI(base_url=found.group(1), api_key="mine", max_retries=0, timeout=120,
+                                    default_headers={"x-smartcache-session": "mine"})
+        model = (await client.models.list()).data[0].id
+        statuses = []
+        for text in ("Give me three tips for sleeping better.", "give me 3 tips for sleeping better"):
+            raw = await client.chat.completions.with_raw_response.create(
+                model=model, max_tokens=MAX_TOKENS, temperature=0,
+                messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}])
+            statuses.append(raw.headers["x-cache-status"])
+        assert statuses == ["miss", "hit"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), timeout=60)
+    assert proc.returncode == 0
+    assert refused(int(found.group(2))) and refused(int(found.group(3)))
+
+
+def test_demo_settings_start_the_local_engine_with_instant_answers(tmp_path: Path) -> None:
+    base = load_settings(environ={"SMARTCACHE_UPSTREAM": "http://elsewhere:8000/v1"},
+                         overrides={"data_dir": tmp_path / "base"})
+    settings = demo_settings(base, port=0)
+    assert settings.upstream is None and settings.upstream_flavour == "llamacpp"
+    assert settings.data_dir == tmp_path / "base" / "demo" and settings.models_root == tmp_path / "base"
+    assert settings.ready_after == 0 and settings.debug_headers and settings.port == 0
+    chosen = demo_settings(base, data_dir=tmp_path / "mine")
+    assert chosen.data_dir == chosen.models_root == tmp_path / "mine" and chosen.port == base.port
+
+
+def test_script_is_bilingual_and_shows_every_status() -> None:
+    assert 6 <= len(SCRIPT) <= 8
+    assert {t.lang for t in SCRIPT} == {"zh", "en"}
+    for status in ("miss", "hit", "half-hit", "bypass"):
+        assert any(t.shows.endswith(f": {status}") for t in SCRIPT), status
+
+
+@pytest.mark.parametrize(("similarity", "shown"), [(None, "-"), (0.98765, "0.988")])
+def test_results_table_cells(similarity: float | None, shown: str) -> None:
+    from rich.console import Console
+
+    result = TurnResult(DemoTurn("en", "hello there", "first ask: miss"), "miss", "no_candidate", similarity,
+                        12.4, 0, 5, "hi")
+    console = Console(record=True, width=200)
+    console.print(results_table([result]))
+    (row,) = table_rows(console.export_text())
+    assert row == ["1", "en", "hello there", "first ask: miss", "miss", "no_candidate", shown, "12", "0", "5"]
+
+
+async def run_example(proxy: Proxy, *command: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MODEL"))}
+    proc = await asyncio.create_subprocess_exec(
+        *command, cwd=ROOT, env={**env, "OPENAI_BASE_URL": proxy.base_url, "OPENAI_API_KEY": "key-example"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_openai_sdk_example_shows_a_miss_then_a_streamed_hit(proxy: Proxy, upstream: Upstream) -> None:
+    out = await run_example(proxy, sys.executable, "examples/openai_sdk.py")
+    assert re.search(r"^\[not streamed\] x-cache-status=miss$", out, re.M), out
+    assert re.search(r"^\[streamed\] x-cache-status=hit x-cache-similarity=0\.9\d+ x-cache-id=sc-\w+ age=\d+$",
+                     out, re.M), out
+    answer = "Answer #1 to: Give me three tips for sleeping better."
+    assert out.count(answer) == 2  # the hit streamed the very answer the miss stored
+    assert len(upstream.script.calls) == 1
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+async def test_curl_example_shows_miss_hit_and_a_skipped_lookup(proxy: Proxy, upstream: Upstream) -> None:
+    out = await run_example(proxy, "bash", "examples/curl.sh")
+    statuses = re.findall(r"^x-cache-status: (\S+)", out, re.M | re.I)
+    assert statuses == ["miss", "hit", "miss"], out
+    assert 'data: {"id"' in out and "data: [DONE]" in out  # the hit was replayed as SSE
+    assert len(upstream.script.calls) == 2  # the Cache-Control: no-cache ask went upstream
