@@ -100,8 +100,8 @@ def text_similarity(a: str, b: str) -> float:
 # Whole turns that are only a courtesy formula mean the same whatever their wording; embeddings
 # put 谢谢 and 非常感谢 at 0.96, below any safe threshold, so they are named once here.
 _FORMULAS = {
-    "谢谢": ("谢谢", "谢谢你", "谢谢您", "非常感谢", "多谢", "感谢", "太感谢了", "谢谢啦", "万分感谢", "感谢你", "感谢您",
-           "thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "many thanks"),
+    "谢谢": ("谢谢", "谢谢你", "谢谢您", "非常感谢", "多谢", "感谢", "太感谢了", "谢谢啦", "万分感谢", "感谢你",
+           "感谢您", "thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "many thanks"),
     "你好": ("你好", "您好", "嗨", "哈喽", "hello", "hi", "hey", "hi there", "hello there"),
     "再见": ("再见", "拜拜", "回头见", "bye", "goodbye", "good bye", "bye bye", "see you"),
 }

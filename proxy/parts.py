@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from proxy.cache import SemanticCache
 from proxy.chat import ChatService, HitJudge, PolicyBox
+from proxy.coalesce import Coalescer
 from proxy.embedder import BatchingEmbedder
 from proxy.embedding_backends import SyncEmbedder
 from proxy.embedding_packs import load_embedder
 from proxy.intent import IntentClassifier
 from proxy.metrics import Metrics
 from proxy.policy import Policy, load_policy
+from proxy.prewarm import Prewarmer
 from proxy.settings import Settings
 from proxy.signer import ContextSigner, SignerSettings
 from proxy.store import SqliteStore
@@ -48,6 +50,7 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
     policy = policy or load_policy(s.policy)
     store = await SqliteStore.open(s.db_path)
     upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
+    prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
     try:
         classifier = await IntentClassifier.build(policy, embedder)
         cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
@@ -62,9 +65,11 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
             # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/test_engine.py)
             slot_count=None, metrics=metrics,
             judge=judge, debug_headers=s.debug_headers, regenerate_window=s.regenerate_window,
+            coalescer=Coalescer() if s.coalesce else None, prewarmer=prewarmer, prewarm_all=s.prewarm,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded)
     finally:
+        await prewarmer.close()  # its tasks use the upstream client: cancel them first
         await upstream.close()
         await embedder.close()
         await store.close()

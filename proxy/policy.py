@@ -207,10 +207,6 @@ def _check_pools(values: Mapping[str, Any], where: str, source: str) -> None:
         raise PolicyError(source, f"{where}.widen_to", "widen_to 'global' serves answers across tenants and "
                           "needs global_safe: true; set it only for answers proven safe for everyone, "
                           "else widen to 'tenant'")
-    if values["prewarm"] and widen_to == "session":
-        raise PolicyError(source, f"{where}.prewarm", "pre-warmed answers belong to no session, so they "
-                          "are unreachable when widen_to is 'session'; widen to 'user' or wider, or set "
-                          "prewarm: false")
 
 
 def _check_forced_keywords(intents: Mapping[str, IntentPolicy], source: str) -> None:

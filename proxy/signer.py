@@ -8,6 +8,7 @@ Per-turn vectors and intents are kept by content hash, so a request embeds only 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -152,12 +153,15 @@ class ContextSigner:
             self._norms.put(text, cached)
         return cached
 
-    async def vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+    async def vectors(self, texts: Sequence[str], stages: dict[str, float] | None = None) -> list[np.ndarray]:
         """Embeddings by content hash; only texts not seen before reach the model, in one call."""
         missing = list(dict.fromkeys(t for t in texts if self._vectors.get(_key(t)) is None))
         if missing:
+            t0 = time.perf_counter()
             for text, vec in zip(missing, await self.embedder.embed(missing), strict=True):
                 self._vectors.put(_key(text), vec)
+            if stages is not None:
+                stages["embed"] = stages.get("embed", 0.0) + time.perf_counter() - t0
         out = []
         for t in texts:
             vec = self._vectors.get(_key(t))
@@ -165,7 +169,8 @@ class ContextSigner:
             out.append(vec)
         return out
 
-    async def sign(self, request: ChatRequest, *, system_version: str | None = None) -> Signature:
+    async def sign(self, request: ChatRequest, *, system_version: str | None = None,
+                   stages: dict[str, float] | None = None) -> Signature:
         s = self.settings
         turns = [m for m in request.turns if m.text.strip()]
         current_raw = request.last_user_text
@@ -173,7 +178,7 @@ class ContextSigner:
         history = turns[:-1] if turns and turns[-1].role == "user" else turns
         prior_users = [self.normalize(m.text) for m in history if m.role == "user"]
         recent = prior_users[-s.topic_window :]
-        vecs = await self.vectors([current, *recent])
+        vecs = await self.vectors([current, *recent], stages)
         running = self._running_intent(recent, vecs[1:])
         guess = self.classifier.classify(current, vecs[0], running=running)
         switch = self._is_topic_switch(guess, running, vecs[0], vecs[1:])
@@ -184,7 +189,7 @@ class ContextSigner:
         )
         spv = system_version or system_prompt_version(request.system_text)
         view, dropped = self._view(request.system_text, view_turns, current)
-        vector = await self._view_vector(view, dropped)
+        vector = await self._view_vector(view, dropped, stages)
         users = [*(self.normalize(m.text) for m in view_turns if m.role == "user"), current]
         tags = CoarseTags(
             intent=guess.intent,
@@ -262,8 +267,9 @@ class ContextSigner:
             lines[i] = ""
         return text(), dropped
 
-    async def _view_vector(self, view: str, dropped: Sequence[str]) -> np.ndarray:
-        vecs = await self.vectors([view, *dropped])
+    async def _view_vector(self, view: str, dropped: Sequence[str],
+                           stages: dict[str, float] | None = None) -> np.ndarray:
+        vecs = await self.vectors([view, *dropped], stages)
         vector = vecs[0]
         if dropped:
             # recency weights: later dropped turns weigh more; the view keeps most of the mass

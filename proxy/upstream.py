@@ -99,3 +99,11 @@ class Upstream:
         with translated_errors():
             body = await resp.aread()
         return UpstreamStatus(resp.status_code, body, resp.headers.get("content-type"))
+
+
+def cached_tokens_of(usage: Mapping[str, Any]) -> int:
+    """``usage.prompt_tokens_details.cached_tokens``: prompt tokens the engine served from its own
+    prefix cache (0 when it does not say)."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else None
+    value = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

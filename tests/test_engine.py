@@ -235,6 +235,44 @@ async def test_launcher_stops_the_engine_on_exit() -> None:
             await client.get(f"{root}/health")
 
 
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie awaiting its reaper counts as gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+ORPHAN_SCRIPT = """
+import asyncio
+from proxy.engine import LocalEngine
+
+async def main():
+    engine = LocalEngine(parallel=1, ctx_size=1024)
+    await engine.__aenter__()
+    print(engine.pid, flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+def test_engine_exits_when_its_launcher_is_killed() -> None:
+    launcher = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout is not None
+        engine_pid = int(launcher.stdout.readline())
+        assert process_alive(engine_pid)
+    finally:
+        launcher.kill()  # SIGKILL: no __aexit__ runs, only the engine's parent watch can help
+        launcher.wait()
+    deadline = time.monotonic() + 30
+    while process_alive(engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_alive(engine_pid)
+
+
 async def test_engine_dying_at_start_fails_fast_with_its_log(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + os.urandom(2048))

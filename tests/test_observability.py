@@ -225,7 +225,7 @@ async def test_stats_reads_the_live_proxy(observed: Observed, capsys: pytest.Cap
     assert snap.precision_hit == pytest.approx(0.5)
     assert snap.cache_pollution == pytest.approx(1 / 9)
     assert snap.saved_total == after.saved_total > 0
-    assert snap.stages["embed"].mean is None  # never timed apart from sign (see the report)
+    assert snap.stages["embed"].mean is not None and snap.stages["embed"].mean > 0  # model calls, apart from sign
     assert snap.stages["sign"].mean is not None and snap.stages["sign"].mean > 0
     root = str(proxy.server.make_url("/"))
     code = await asyncio.to_thread(cli_main, ["stats", "--url", root])
@@ -263,7 +263,8 @@ async def test_debug_headers_only_when_enabled_and_asked(make_proxy: ProxyFactor
     assert tags["intent"] == line["intent"] and set(tags["entities"]) >= {"places", "products", "numbers"}
     timings = dict(part.split("=") for part in shown["x-smartcache-timings"].split(","))
     # the headers leave before the answer is served, so they time every stage but that one
-    assert set(timings) == set(line["stages_ms"]) - {"serve"} == {"sign", "index"}
+    assert set(timings) == set(line["stages_ms"]) - {"serve"}
+    assert {"sign", "index", "decide"} <= set(timings)
     for stage, shown_ms in timings.items():
         assert float(shown_ms.removesuffix("ms")) == pytest.approx(line["stages_ms"][stage], abs=0.06)
     # the record served is described by its id only: never its answer nor its question's text

@@ -248,8 +248,6 @@ BROKEN = [
                  id="global-widen-without-global-safe"),
     pytest.param(set_path("intents.travel.scope", "global"), "intents.travel.scope", "global_safe",
                  id="global-scope-without-global-safe"),
-    pytest.param(set_path("intents.travel.prewarm", True), "intents.travel.prewarm", "unreachable",
-                 id="prewarm-in-session-pool"),
     pytest.param(delete_path("intents.general"), "intents.general", "fallback", id="missing-general"),
     pytest.param(delete_path("defaults.ttl"), "defaults.ttl", "required", id="missing-default"),
     pytest.param(delete_path("version"), "version", "required", id="missing-version"),

@@ -1,0 +1,102 @@
+"""Hit latency and miss overhead of the proxy against a scripted upstream on loopback.
+
+Three modes side by side in one run, N requests each, sequential (latency, not throughput):
+direct to the upstream, through the proxy as misses (every question new), through the proxy
+as hits (every question asked before in its session). Also the embedding model's time per
+request (the `embed` stage) from the proxy's own metrics.
+
+    .venv/bin/python benchmarks/bench_proxy.py [-n 200] [--model-home DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from rich.console import Console
+from rich.table import Table
+
+from proxy.app import create_app
+from proxy.settings import load_settings
+from proxy.stats import parse_metrics
+
+
+def upstream_app() -> web.Application:
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        text = "Answer: " + body["messages"][-1]["content"]
+        return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": text}}],
+                                  "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def timed(session: aiohttp.ClientSession, url: str, question: str, sid: str) -> tuple[float, str]:
+    body = {"model": "m", "messages": [{"role": "user", "content": question}]}
+    t0 = time.perf_counter()
+    async with session.post(url, json=body, headers={"Authorization": "Bearer bench",
+                                                     "x-smartcache-session": sid}) as resp:
+        await resp.read()
+        status = resp.headers.get("x-cache-status", "-")
+    return (time.perf_counter() - t0) * 1000, status
+
+
+async def main(n: int, model_home: Path | None) -> None:
+    up = TestServer(upstream_app(), host="127.0.0.1")
+    await up.start_server()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(environ={}, overrides={
+            "upstream": str(up.make_url("/v1")), "data_dir": Path(tmp), "ready_after": 0.0,
+            "model_home": model_home, "log_level": "warning"})
+        proxy = TestServer(create_app(settings), host="127.0.0.1")
+        await proxy.start_server()
+        questions = [f"Question number {i}: what is {i} times {i + 7}?" for i in range(n)]
+        results: dict[str, list[float]] = {}
+        async with aiohttp.ClientSession() as s:
+            direct = str(up.make_url("/v1/chat/completions"))
+            via = str(proxy.make_url("/v1/chat/completions"))
+            await timed(s, via, "warm-up question", "warm")
+            results["direct"] = [(await timed(s, direct, q, f"s{i}"))[0] for i, q in enumerate(questions)]
+            miss = [await timed(s, via, q, f"s{i}") for i, q in enumerate(questions)]
+            hit = [await timed(s, via, q.lower(), f"s{i}") for i, q in enumerate(questions)]
+            async with s.get(str(proxy.make_url("/metrics"))) as r:
+                snap = parse_metrics(await r.text())
+        results["proxy miss"] = [ms for ms, _ in miss]
+        results["proxy hit"] = [ms for ms, _ in hit]
+        statuses = {"proxy miss": {st for _, st in miss}, "proxy hit": {st for _, st in hit}}
+        await proxy.close()
+    await up.close()
+    table = Table(title=f"proxy latency, {n} sequential requests per mode (ms)")
+    for col in ("mode", "x-cache-status", "p50", "p95", "mean"):
+        table.add_column(col)
+    for mode, values in results.items():
+        q = statistics.quantiles(values, n=20)
+        table.add_row(mode, ",".join(sorted(statuses.get(mode, {"-"}))), f"{statistics.median(values):.2f}",
+                      f"{q[18]:.2f}", f"{statistics.fmean(values):.2f}")
+    console = Console()
+    console.print(table)
+    base = statistics.median(results["direct"])
+    console.print(f"miss overhead (median): {statistics.median(results['proxy miss']) - base:.2f} ms; "
+                  f"hit vs direct upstream (median): {statistics.median(results['proxy hit']):.2f} vs {base:.2f} ms")
+    embed = snap.stages.get("embed")
+    if embed is not None:
+        console.print(f"embedding time per embedding call (mean): {embed.mean * 1000:.2f} ms over {embed.count} calls")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--model-home", type=Path)
+    a = ap.parse_args()
+    asyncio.run(main(a.n, a.model_home))
