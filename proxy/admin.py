@@ -103,9 +103,9 @@ async def delete_record(request: web.Request) -> web.Response:
     record = await cache.store.get(request.match_info["cache_id"])
     if record is None:
         raise NotFound("no such record")
+    await cache.store.delete([record.cache_id])
     if record.label is not None:
         cache.forget([record.label])
-    await cache.store.delete([record.cache_id])
     return web.json_response({"deleted": record.cache_id})
 
 
@@ -148,9 +148,12 @@ async def feedback(request: web.Request) -> web.Response:
     if not isinstance(cache_id, str) or not cache_id:
         raise NotFound("no record for that cache_id or response_id")
     cache = request.app[keys.CACHE]
-    record = await (cache.reward(cache_id) if kind == "positive" else cache.penalise(cache_id))
-    if kind != "positive" and record is None:
+    if await cache.store.get(cache_id) is None:
         raise NotFound("no record for that cache_id")
+    if kind == "positive":
+        await cache.reward(cache_id)
+    else:
+        await cache.penalise(cache_id)
     updated = await cache.store.get(cache_id)
     return web.json_response({"cache_id": cache_id, "state": updated.state if updated else None,
                               "feedback_score": updated.feedback_score if updated else None})

@@ -43,17 +43,48 @@ class IndexKey:
     system_prompt_version: str
     namespace: str
     intent: str
+    answer_bytes: int  # for the byte budget, so the sweeper need not read every answer to sum them
 
     @classmethod
     def of(cls, r: Record) -> IndexKey:
-        return cls.interned(r.tenant, r.session, r.user, r.scope, r.model, r.system_prompt_version, r.namespace,
-                            r.intent)
+        return cls.interned(len(r.answer_text.encode()), r.tenant, r.session, r.user, r.scope, r.model,
+                            r.system_prompt_version, r.namespace, r.intent)
 
     @classmethod
-    def interned(cls, *fields: Any) -> IndexKey:
+    def interned(cls, answer_bytes: int, tenant: str, session: str, user: str | None, scope: str, model: str,
+                 version: str, namespace: str, intent: str) -> IndexKey:
         """One key per record stays in memory: tenants, sessions, models and versions repeat across
         records, so each is kept once (measured in benchmarks/bench_store.py)."""
-        return cls(*(sys.intern(f) if isinstance(f, str) else f for f in fields))
+        i = sys.intern
+        return cls(i(tenant), i(session), None if user is None else i(user), i(scope), i(model), i(version),
+                   i(namespace), i(intent), answer_bytes)
+
+
+@dataclass
+class Pools:
+    """Every live label's key (what the index filter reads) and the labels of each session (searched
+    exactly: a session's pool is small)."""
+
+    keys: dict[int, IndexKey] = field(default_factory=dict)
+    sessions: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    answer_bytes: int = 0  # of all live answers
+
+    def add(self, label: int, key: IndexKey) -> None:
+        old = self.keys.get(label)
+        self.answer_bytes += key.answer_bytes - (old.answer_bytes if old else 0)
+        self.keys[label] = key
+        self.sessions.setdefault((key.tenant, key.session), set()).add(label)
+
+    def discard(self, label: int) -> None:
+        key = self.keys.pop(label, None)
+        if key is None:
+            return
+        self.answer_bytes -= key.answer_bytes
+        pool = self.sessions.get((key.tenant, key.session))
+        if pool is not None:
+            pool.discard(label)
+            if not pool:  # months of one-off sessions must not leave an empty set each behind
+                del self.sessions[(key.tenant, key.session)]
 
 
 @dataclass
@@ -86,8 +117,7 @@ class SemanticCache:
         self.ready_after = ready_after
         self.top_k = top_k
         self.clock = clock
-        self.keys: dict[int, IndexKey] = {}
-        self.sessions: dict[tuple[str, str], set[int]] = {}
+        self.pools = Pools()
         self._index_lock = asyncio.Lock()
         self._rebuild: _Rebuild | None = None
 
@@ -100,29 +130,32 @@ class SemanticCache:
             return len(self.index)
         log = self._rebuild = _Rebuild()
         try:
-            keys: dict[int, IndexKey] = {}
-            sessions: dict[tuple[str, str], set[int]] = {}
+            pools = Pools()
             labels: list[int] = []
             vectors = bytearray()  # one buffer, not a bytes object per record: less to free and fragment
-            async for label, vector, *fields in self.store.iter_index_rows():
+            async for label, vector, answer_bytes, *fields in self.store.iter_index_rows():
                 labels.append(label)
                 vectors += vector
-                _remember_in(keys, sessions, label, IndexKey.interned(*fields))
+                pools.add(label, IndexKey.interned(answer_bytes, *fields))
             matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
             await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
-            self.keys, self.sessions = keys, sessions
+            self.pools = pools
             for label, vector, key in log.added:
                 if label not in log.forgotten:
                     self.index.add([label], vector.reshape(1, -1))
-                    _remember_in(keys, sessions, label, key)
+                    pools.add(label, key)
             self._forget_now(list(log.forgotten))
         finally:
             self._rebuild = None
         return len(labels)
 
+    @property
+    def keys(self) -> dict[int, IndexKey]:
+        return self.pools.keys
+
     def _remember(self, label: int, record: Record, vector: np.ndarray) -> None:
         key = IndexKey.of(record)
-        _remember_in(self.keys, self.sessions, label, key)
+        self.pools.add(label, key)
         if self._rebuild is not None:
             self._rebuild.added.append((label, vector, key))
 
@@ -135,15 +168,7 @@ class SemanticCache:
 
     def _forget_now(self, labels: list[int]) -> None:
         for label in labels:
-            key = self.keys.pop(label, None)
-            if key is None:
-                continue
-            pool = self.sessions.get((key.tenant, key.session))
-            if pool is not None:
-                pool.discard(label)
-                if not pool:
-                    # months of one-off sessions must not leave an empty set each behind
-                    del self.sessions[(key.tenant, key.session)]
+            self.pools.discard(label)
         self.index.delete(labels)
 
     async def candidates(self, sig: Signature, request: ChatRequest, who: Identity,
@@ -151,15 +176,12 @@ class SemanticCache:
         namespace = request.controls.namespace or ""
 
         def admit(label: int) -> bool:
-            key = self.keys.get(label)
+            key = self.pools.keys.get(label)
             return (key is not None and key.model == request.model and key.namespace == namespace
                     and key.system_prompt_version == sig.system_prompt_version
                     and visible(key, who, policy.widen_to))
 
-        session_labels = [lab for lab in self.sessions.get((who.tenant, who.session), ()) if admit(lab)]
-        found = await asyncio.to_thread(self.index.search_among, sig.vector, session_labels)
-        if SCOPE_WIDTH[policy.widen_to] > 0:
-            found += await asyncio.to_thread(self.index.search, sig.vector, self.top_k, allowed=admit)
+        found = await self.nearest(sig.vector, who, policy.widen_to, admit)
         best: dict[int, float] = {}
         for label, score in found:
             best[label] = max(score, best.get(label, -1.0))
@@ -173,12 +195,29 @@ class SemanticCache:
             r = rows.get(label)
             if (r is not None and r.state == "ready" and r.expires_at > now and r.created_at >= oldest
                     and r.feedback_score >= policy.feedback_floor and visible(r, who, policy.widen_to)):
+                same = r.tenant == who.tenant and r.session == who.session
+                gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
                 out.append(Candidate(r, score, float(r.qvector_array() @ sig.question_vector),
-                                     same_session=r.tenant == who.tenant and r.session == who.session))
+                                     same_session=same, turn_gap=gap))
         return out
 
-    async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Decision:
-        decision = decide(await self.candidates(sig, request, who, policy), sig, policy)
+    async def nearest(self, vector: np.ndarray, who: Identity, widen_to: str,
+                      admit: Callable[[int], bool]) -> list[tuple[int, float]]:
+        """(label, cosine) of admitted records: the session's own exactly, then, when the policy
+        widens the lookup, the nearest admitted ones by a filtered walk of the graph."""
+        session = [lab for lab in self.pools.sessions.get((who.tenant, who.session), ()) if admit(lab)]
+        found = await asyncio.to_thread(self.index.search_among, vector, session)
+        if SCOPE_WIDTH[widen_to] == 0:
+            return found
+        return found + await asyncio.to_thread(self.index.search, vector, self.top_k, allowed=admit)
+
+    async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy,
+                     stages: dict[str, float] | None = None) -> Decision:
+        found = await self.candidates(sig, request, who, policy)
+        t0 = time.perf_counter()
+        decision = decide(found, sig, policy)
+        if stages is not None:
+            stages["decide"] = time.perf_counter() - t0
         if decision.status is Status.MISS and decision.reason == "validation_failed" and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
         return decision
@@ -251,12 +290,6 @@ def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> 
         return policy.scope
     asserted = sig.system_prompt_version != system_prompt_version(request.system_text)
     return "tenant" if sig.tags.entities.people or asserted or not policy.global_safe else "global"
-
-
-def _remember_in(keys: dict[int, IndexKey], sessions: dict[tuple[str, str], set[int]], label: int,
-                 key: IndexKey) -> None:
-    keys[label] = key
-    sessions.setdefault((key.tenant, key.session), set()).add(label)
 
 
 def _with_label(record: Record, label: int) -> Record:

@@ -35,11 +35,16 @@ class Candidate:
     view_similarity: float  # the conversations as wholes
     question_similarity: float  # the current turns alone
     same_session: bool = False
+    turn_gap: int | None = None  # user turns between it and the request, in the same session
 
     @property
     def score(self) -> float:
         """Both must match: the same question asked in another context, or another question in
-        the same context, is not the same request."""
+        the same context, is not the same request. For the previous turn of the same session the
+        context is the same by construction (the conversation up to it, plus its own exchange),
+        so only the questions are compared."""
+        if self.same_session and self.turn_gap == 1:
+            return self.question_similarity
         return min(self.view_similarity, self.question_similarity)
 
 
@@ -83,7 +88,7 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[C
 def lexical_guard(sig: Signature, cand: Candidate) -> str | None:
     """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.lexical)."""
     tags = cand.record.coarse_tags
-    if cand.same_session and sig.turn_index - int(tags.get("turn", 0)) > MAX_TURN_GAP:
+    if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
         return "context_moved"
     question = str(tags.get("question", ""))

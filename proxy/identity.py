@@ -1,8 +1,11 @@
 """Who is asking: tenant (a hash of the API key) and session.
 
 The API key itself never leaves this module: only its salted hash is kept, stored or logged.
-Isolation fails closed: a request without a recognisable bearer key is the anonymous tenant,
-which no keyed tenant shares records with. Keys in query strings are ignored on purpose.
+Isolation fails closed: a request without any credential is the anonymous tenant, which no
+keyed tenant shares records with; a credential of another scheme (Basic, Token, ...) is a
+tenant of its own, never the Bearer tenant of the same secret and never shared with other
+unrecognised credentials. Keys in query strings or bodies are ignored on purpose, and two
+Authorization headers are refused: the cache must not key on one while upstream sees another.
 """
 
 from __future__ import annotations
@@ -31,13 +34,27 @@ class Identity:
 
 
 def tenant_of(authorization: str | None, *, salt: str) -> str:
-    if not authorization:
+    """``t-``: a Bearer key (the scheme is case-insensitive, the key is not); ``x-``: any other
+    credential, hashed with its scheme so it can never alias a Bearer tenant; else anonymous."""
+    credential = (authorization or "").strip()
+    if not credential:
         return ANONYMOUS
-    scheme, _, key = authorization.strip().partition(" ")
+    scheme, _, key = credential.partition(" ")
     key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        return ANONYMOUS
-    return "t-" + hashlib.sha256(f"{salt}\x1f{key}".encode()).hexdigest()[:24]
+    if scheme.lower() == "bearer":
+        if not key:
+            return ANONYMOUS
+        return "t-" + hashlib.sha256(f"{salt}\x1f{key}".encode()).hexdigest()[:24]
+    material = f"{salt}\x1f{scheme.lower()}\x1f{key}" if key else f"{salt}\x1f-\x1f{credential}"
+    return "x-" + hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def _one_authorization(headers: Mapping[str, str]) -> str | None:
+    # aiohttp's headers keep every value of a repeated header; a plain Mapping cannot repeat one
+    getall = getattr(headers, "getall", None)
+    if getall is not None and len(getall("Authorization", [])) > 1:
+        raise InvalidRequest("send one Authorization header, not several", param="Authorization")
+    return headers.get("Authorization")
 
 
 def clean_header_id(value: str | None, name: str) -> str | None:
@@ -63,7 +80,7 @@ def derived_session(tenant: str, request: ChatRequest) -> str:
 
 
 def identify(headers: Mapping[str, str], request: ChatRequest, *, salt: str) -> Identity:
-    tenant = tenant_of(headers.get("Authorization"), salt=salt)
+    tenant = tenant_of(_one_authorization(headers), salt=salt)
     explicit = clean_header_id(headers.get(SESSION_HEADER), SESSION_HEADER)
     user = clean_header_id(headers.get(USER_HEADER), USER_HEADER) or request.user
     session = explicit or derived_session(tenant, request)

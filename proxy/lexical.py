@@ -34,9 +34,10 @@ _ANAPHORA_EN = _words(
 _ANAPHORA_ZH = ("它", "那个", "这个", "那家", "这家", "那些", "这些", "他们", "她们", "上面", "刚才", "前面",
                 "好的", "可以", "是的", "不用", "还有", "那就", "那么")
 # Short turns name too little to stand alone ("景点的周边有哪些酒店啊？" means the attraction under
-# discussion); measured on CrossWOZ repeats, 12 characters / 8 words separate most of them.
+# discussion). 12 characters separate most CrossWOZ follow-ups; English turns of 4 words or fewer
+# ("Yes, please.", "I don't care.") or with pronouns depend on the last reply.
 SHORT_CJK_CHARS = 12
-SHORT_EN_WORDS = 8
+SHORT_EN_WORDS = 4
 _FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
 
 

@@ -18,12 +18,24 @@ from proxy.metrics import Metrics
 
 log = structlog.get_logger("smartcache")
 HIT_WEIGHT_SECONDS = 3600.0  # each doubling of hits buys a record about an hour of coldness
+RETAIN_SECONDS = 7 * 86400.0  # rejected/invalid records (audit) and idle sessions' last answers
 
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
+    """High-water marks. Passing one evicts down to ``LOW_WATER`` of both, so a full cache pays for
+    the full-table usage scan once per 5 % of turnover, not on every sweep."""
+
     max_records: int
     max_answer_bytes: int
+
+    LOW_WATER = 0.95
+
+    def exceeded(self, records: int, answer_bytes: int) -> bool:
+        return records > self.max_records or answer_bytes > self.max_answer_bytes
+
+    def targets(self) -> tuple[int, int]:
+        return int(self.max_records * self.LOW_WATER), int(self.max_answer_bytes * self.LOW_WATER)
 
 
 def coldness(last_use: float, hit_count: int) -> float:
@@ -56,7 +68,7 @@ class Lifecycle:
             self.metrics.write("ready")
         for _ in range(self.judge.expire(now)):
             self.metrics.hit_judged("accepted")
-        expired = await self._drop("state IN ('pending', 'ready') AND expires_at <= ?", (now,), "ttl")
+        expired = await self._drop_rows(await self.cache.store.expired(now), "ttl")
         evicted = await self._evict_capacity(now)
         if self.cache.index.deleted_fraction > 0.3:
             await self.cache.load()
@@ -64,23 +76,28 @@ class Lifecycle:
         return {"promoted": len(promoted), "expired": expired, "evicted": evicted}
 
     async def _drop(self, where: str, params: tuple[object, ...], reason: str) -> int:
-        rows = await self.cache.store.select_labels(where, params)
+        return await self._drop_rows(await self.cache.store.select_labels(where, params), reason)
+
+    async def _drop_rows(self, rows: list[tuple[int, str]], reason: str) -> int:
         if rows:
-            self.cache.forget([lab for lab, _ in rows])
+            # SQLite first: a compaction reading the store meanwhile must not bring them back
             await self.cache.store.delete([cid for _, cid in rows])
+            self.cache.forget([lab for lab, _ in rows])
             self.metrics.eviction(reason, len(rows))
         return len(rows)
 
     async def _evict_capacity(self, now: float) -> int:
-        rows = await self.cache.store.usage_rows()
-        labels = pick_evictions(rows, self.capacity.max_records, self.capacity.max_answer_bytes)
+        pools, labels = self.cache.pools, []
+        if self.capacity.exceeded(len(pools.keys), pools.answer_bytes):
+            labels = pick_evictions(await self.cache.store.usage_rows(), *self.capacity.targets())
         evicted = 0
         for i in range(0, len(labels), 500):
             chunk = labels[i : i + 500]
             marks = ", ".join("?" for _ in chunk)
             evicted += await self._drop(f"label IN ({marks})", tuple(chunk), "capacity")
         # rejected and invalid rows are kept a while for audit, then removed
-        await self._drop("state IN ('rejected', 'invalid') AND created_at <= ?", (now - 7 * 86400,), "purge")
+        await self._drop("state IN ('rejected', 'invalid') AND created_at <= ?", (now - RETAIN_SECONDS,), "purge")
+        await self.cache.store.purge_session_last(now - RETAIN_SECONDS)
         return evicted
 
     async def _gauges(self) -> None:

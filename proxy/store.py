@@ -18,6 +18,10 @@ import numpy as np
 import orjson
 
 LIVE_STATES = ("pending", "ready")
+# what the vector index and its filter need of a record (see SemanticCache.load), in this order
+INDEX_COLUMNS = ("label", "vector", "LENGTH(CAST(answer_text AS BLOB))", "tenant", "session", "user", "scope",
+                 "model", "system_prompt_version", "namespace", "intent")
+FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +92,14 @@ CREATE INDEX IF NOT EXISTS records_session ON records(tenant, session, state);
 CREATE INDEX IF NOT EXISTS records_state ON records(state, ready_at);
 CREATE INDEX IF NOT EXISTS records_fp ON records(context_fingerprint);
 CREATE INDEX IF NOT EXISTS records_request ON records(tenant, session, request_hash);
+-- the sweeper's queries, every few seconds: expiry reads only what expired, the gauges only this index
+CREATE INDEX IF NOT EXISTS records_expiry ON records(expires_at);
+CREATE INDEX IF NOT EXISTS records_counts ON records(state, scope, intent);
 CREATE TABLE IF NOT EXISTS session_last (
   tenant TEXT NOT NULL, session TEXT NOT NULL, cache_id TEXT NOT NULL, served INTEGER NOT NULL,
   request_hash TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (tenant, session)
 );
+CREATE INDEX IF NOT EXISTS session_last_at ON session_last(at);
 """
 
 
@@ -108,6 +116,7 @@ class RecordStore(Protocol):
     async def session_last(self, tenant: str, session: str) -> SessionLast | None: ...
     async def select_labels(self, where: str, params: Sequence[Any]) -> list[tuple[int, str]]: ...
     def iter_live(self) -> AsyncIterator[Record]: ...
+    def iter_index_rows(self) -> AsyncIterator[tuple[Any, ...]]: ...
     async def counts(self) -> list[tuple[str, str, str, int]]: ...
     async def close(self) -> None: ...
 
@@ -211,6 +220,13 @@ class SqliteStore:
         )
         await self._db.commit()
 
+    async def purge_session_last(self, before: float) -> int:
+        """Forget the last answers of sessions idle since ``before``: one row per conversation ever
+        seen would otherwise grow without bound."""
+        cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
+        await self._db.commit()
+        return cur.rowcount
+
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
         async with self._db.execute(
             "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
@@ -222,6 +238,15 @@ class SqliteStore:
     async def select_labels(self, where: str, params: Sequence[Any]) -> list[tuple[int, str]]:
         """Labels and ids matching a WHERE clause built by trusted code (never from user text)."""
         async with self._db.execute(f"SELECT label, cache_id FROM records WHERE {where}", params) as cur:
+            return [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
+
+    async def expired(self, now: float) -> list[tuple[int, str]]:
+        """Labels and ids of live records past their TTL. Through the expiry index by name: without
+        statistics SQLite would pick the state index, i.e. read every live record each sweep."""
+        async with self._db.execute(
+            "SELECT label, cache_id FROM records INDEXED BY records_expiry WHERE expires_at <= ? AND state IN (?, ?)",
+            (now, *LIVE_STATES),
+        ) as cur:
             return [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
 
     async def delete(self, cache_ids: Iterable[str]) -> int:
@@ -239,8 +264,20 @@ class SqliteStore:
             "SELECT * FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
         ) as cur:
             names = [d[0] for d in cur.description]
-            async for row in cur:
-                yield self._row(row, names)
+            # batched: iterating an aiosqlite cursor row by row costs one thread hop per row
+            while rows := await cur.fetchmany(FETCH_BATCH):
+                for row in rows:
+                    yield self._row(row, names)
+
+    async def iter_index_rows(self) -> AsyncIterator[tuple[Any, ...]]:
+        """``INDEX_COLUMNS`` of every live record in label order: start-up and compaction read every
+        record, so they skip answers and tags (no JSON to parse, far less garbage)."""
+        async with self._db.execute(
+            f"SELECT {', '.join(INDEX_COLUMNS)} FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
+        ) as cur:
+            while rows := await cur.fetchmany(FETCH_BATCH):
+                for row in rows:
+                    yield tuple(row)
 
     async def counts(self) -> list[tuple[str, str, str, int]]:
         async with self._db.execute(

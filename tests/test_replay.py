@@ -1,0 +1,117 @@
+"""Replay, calibration and warm-up on small fixed traces of our own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.calibrate import calibrate, upper_bound, write_policy
+from proxy.datasets import Conversation, Turn
+from proxy.embedding_backends import SyncEmbedder
+from proxy.policy import load_policy
+from proxy.replay import Row, run_replay, summarize
+from proxy.settings import DEFAULT_POLICY, load_settings
+from proxy.store import SqliteStore
+from proxy.warm import warm
+
+SYSTEM = "You are a helpful assistant."
+
+
+def conv(cid: str, *turns: Turn, tenant: str = "t1") -> Conversation:
+    return Conversation(id=cid, category="fixture", tenant=tenant, session=cid, system=SYSTEM, turns=turns)
+
+
+TRACE = [
+    # an exact repeat right after: the same key, a hit
+    conv("repeat", Turn("What is the tallest mountain in Europe?", "K-everest", "Mount Elbrus."),
+         Turn("What is the tallest mountain in Europe?", "K-everest")),
+    # a realtime question is never cached, even repeated
+    conv("weather", Turn("What's the weather in Paris right now?", "K-w1", "Sunny.", expect="no_hit"),
+         Turn("What's the weather in Paris right now?", "K-w1", expect="no_hit")),
+    # another tenant asks the same: its own miss
+    conv("other", Turn("What is the tallest mountain in Europe?", "K-everest"), tenant="t2"),
+]
+
+
+def row(intent: str, score: float | None, ok: bool, *, nets: bool = True) -> Row:
+    return Row("c", "cat", 0, intent, "shadow_hit", "accept", score, ok, nets, False, ok, ok, 0)
+
+
+async def test_replay_counts_on_a_fixed_trace(sync_embedder: SyncEmbedder, model_home: Path,
+                                              tmp_path: Path) -> None:
+    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
+    rows = await run_replay(TRACE, settings=settings, backend=sync_embedder)
+    by = {(r.conversation, r.turn): r for r in rows}
+    assert by[("repeat", 1)].status == "hit" and not by[("repeat", 1)].false_hit
+    assert by[("repeat", 1)].saved_tokens > 0
+    assert by[("weather", 0)].status == by[("weather", 1)].status == "bypass"
+    assert by[("other", 0)].status == "miss"
+    totals = summarize(rows, lambda r: "all")["all"]
+    assert (totals["requests"], totals["hit"], totals["false_hits"], totals["bypass"]) == (5, 1, 0, 2)
+
+
+async def test_shadow_replay_records_candidates_without_serving(sync_embedder: SyncEmbedder, model_home: Path,
+                                                                tmp_path: Path) -> None:
+    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
+    rows = await run_replay(TRACE, settings=settings, backend=sync_embedder, shadow=True)
+    repeat = next(r for r in rows if (r.conversation, r.turn) == ("repeat", 1))
+    assert repeat.status == "shadow_hit" and repeat.nets_ok and repeat.candidate_key_ok
+    assert repeat.score is not None and repeat.score > 0.9
+    assert not any(r.status == "hit" for r in rows)
+
+
+def test_calibrate_picks_the_threshold_above_the_worst_false_candidate() -> None:
+    rows = [row("travel", s, True) for s in (0.99, 0.98, 0.97, 0.96, 0.95)] + \
+           [row("travel", 0.955, False), row("travel", 0.90, False)]
+    rows += [row("travel", 0.93 + i / 1000, True) for i in range(30)]
+    result = calibrate(rows, target=1e-3, floor=0.8, min_samples=5)["travel"]
+    assert result.accept == pytest.approx(0.96)  # 0.955 + the margin
+    assert result.hits == 4 and result.false_hits == 0
+    assert result.candidate == pytest.approx(0.91)
+    assert "too little data" in result.note
+
+
+def test_calibrate_meets_the_target_with_enough_clean_data() -> None:
+    rows = [row("chitchat", 0.90 + (i % 50) / 1000, True) for i in range(4000)] + [row("chitchat", 0.85, False)]
+    result = calibrate(rows, target=1e-3, floor=0.8, min_samples=5)["chitchat"]
+    assert result.false_hits == 0 and result.fhr_upper <= 1e-3
+    assert result.accept == pytest.approx(0.90, abs=0.001) and result.note == "meets target"
+
+
+def test_upper_bound_is_the_rule_of_three_for_no_failures() -> None:
+    assert upper_bound(0, 3000) == pytest.approx(1 - 0.05 ** (1 / 3000))
+    assert upper_bound(0, 3000) < 1e-3 < upper_bound(0, 2000)
+    assert upper_bound(5, 100) > 0.05
+
+
+def test_calibrated_policy_file_loads_and_records_its_data(tmp_path: Path) -> None:
+    rows = [row("travel", 0.99, True), row("travel", 0.95, False)] + [row("travel", 0.97, True)] * 40
+    out = tmp_path / "calibrated.yaml"
+    write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["fixture.jsonl"], target=1e-3)
+    policy = load_policy(out)
+    assert policy.intents["travel"].accept == pytest.approx(0.955)
+    text = out.read_text(encoding="utf-8")
+    assert "fixture.jsonl" in text and "# travel: 42 samples" in text
+
+
+async def test_warm_twice_writes_each_record_once(sync_embedder: SyncEmbedder, model_home: Path,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.parts
+
+    async def shared_backend(_settings: object) -> SyncEmbedder:
+        return sync_embedder
+
+    monkeypatch.setattr(proxy.parts, "load_backend", shared_backend)
+    past = [conv("past-1", Turn("Recommend a book about databases", "K1", "Designing Data-Intensive Applications."),
+                 Turn("And one about compilers?", "K2", "Crafting Interpreters.")),
+            conv("past-2", Turn("How do I boil an egg?", "K3", "Ten minutes in boiling water."))]
+    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
+    assert await warm(past, settings) == (3, 0)
+    assert await warm(past, settings) == (0, 3)
+    store = await SqliteStore.open(settings.db_path)
+    try:
+        records = [r async for r in store.iter_live()]
+    finally:
+        await store.close()
+    assert len(records) == 3 and {r.state for r in records} == {"ready"}
