@@ -1,0 +1,56 @@
+"""The feedback loop through the proxy: corrections, regenerates and resets (seed §4.3, §6.3)."""
+
+from __future__ import annotations
+
+from proxy import keys
+from tests.conftest import Proxy, ProxyFactory, Upstream
+from tests.test_e2e_core import SYSTEM, chat
+
+QUESTION = "What is the tallest mountain in Europe?"
+REPEAT = "what is the tallest mountain in europe"
+
+
+async def test_a_correction_after_a_hit_lowers_the_score_and_the_question_then_misses(
+    proxy: Proxy, upstream: Upstream
+) -> None:
+    client = proxy.client(**{"x-smartcache-session": "fb-1"})
+    _, first, _ = await chat(client, [SYSTEM, {"role": "user", "content": QUESTION}])
+    status, served, raw = await chat(client, [SYSTEM, {"role": "user", "content": REPEAT}])
+    assert (status, served) == ("hit", first)
+    cache_id = raw.headers["x-cache-id"]
+    store = proxy.app[keys.CACHE].store
+    before = (await store.get(cache_id)).feedback_score
+    history = [SYSTEM, {"role": "user", "content": REPEAT}, {"role": "assistant", "content": served}]
+    status, _, _ = await chat(client, [*history, {"role": "user", "content": "That's wrong, not what I asked."}])
+    assert status == "miss"
+    after = (await store.get(cache_id)).feedback_score
+    assert after < before and after < proxy.app[keys.POLICY_BOX].policy.for_intent("general").feedback_floor
+    calls = len(upstream.script.calls)
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": QUESTION + " "}])
+    assert status != "hit"
+    assert len(upstream.script.calls) == calls + 1
+
+
+async def test_a_chinese_correction_rejects_a_pending_answer(make_proxy: ProxyFactory, upstream: Upstream) -> None:
+    proxy = await make_proxy(ready_after=30.0)
+    client = proxy.client(**{"x-smartcache-session": "fb-2"})
+    question = [SYSTEM, {"role": "user", "content": "推荐几家上海的咖啡馆"}]
+    _, answer, _ = await chat(client, question)
+    store = proxy.app[keys.CACHE].store
+    (record,) = [r async for r in store.iter_live()]
+    assert record.state == "pending"
+    await chat(client, [*question, {"role": "assistant", "content": answer},
+                        {"role": "user", "content": "不对，不是这个意思"}])
+    assert (await store.get(record.cache_id)).state == "rejected"
+
+
+async def test_a_reset_phrase_makes_the_next_repeat_a_miss(proxy: Proxy, upstream: Upstream) -> None:
+    client = proxy.client(**{"x-smartcache-session": "fb-3"})
+    await chat(client, [SYSTEM, {"role": "user", "content": QUESTION}])
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": REPEAT}])
+    assert status == "hit"
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": "Let's start over, forget everything."}])
+    assert status == "bypass"
+    assert [r async for r in proxy.app[keys.CACHE].store.iter_live()] == []
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": QUESTION.upper()}])
+    assert status == "miss"
