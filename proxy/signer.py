@@ -24,7 +24,6 @@ from proxy.normalize import normalize_text, system_prompt_version
 from proxy.openai_body import ChatRequest, Message
 from proxy.tagger import (
     Entities,
-    NumericConstraint,
     change_instruction,
     extract_entities,
     merge_entities,
@@ -66,28 +65,14 @@ class CoarseTags:
         return {
             "intent": self.intent,
             "task_branch": self.task_branch,
-            "entities": entities_to_json(self.entities),
+            "entities": self.entities.to_json(),
             "change_instruction": self.change_instruction,
             "context_switch": self.context_switch,
         }
 
 
-def entities_to_json(e: Entities) -> dict[str, Any]:
-    return {
-        "places": sorted(e.places),
-        "products": sorted(e.products),
-        "people": sorted(e.people),
-        "numbers": [[n.slot, n.value, n.unit, n.op] for n in e.numbers],
-    }
-
-
 def entities_from_json(d: dict[str, Any]) -> Entities:
-    return Entities(
-        places=frozenset(d.get("places", ())),
-        products=frozenset(d.get("products", ())),
-        people=frozenset(d.get("people", ())),
-        numbers=tuple(NumericConstraint(slot=s, value=v, unit=u, op=o) for s, v, u, o in d.get("numbers", ())),
-    )
+    return Entities.from_json(d)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from structlog.testing import capture_logs
+
 from proxy import keys
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.test_e2e_core import SYSTEM, chat
@@ -54,3 +57,23 @@ async def test_a_reset_phrase_makes_the_next_repeat_a_miss(proxy: Proxy, upstrea
     assert [r async for r in proxy.app[keys.CACHE].store.iter_live()] == []
     status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": QUESTION.upper()}])
     assert status == "miss"
+
+
+@pytest.mark.parametrize(
+    ("question", "intent"),
+    [("今天杭州天气怎么样？", "realtime"), ("What's the AAPL stock price right now?", "realtime"),
+     ("布洛芬一天最多能吃几片？", "medical"), ("What dose of ibuprofen is safe for a child?", "medical")],
+)
+async def test_realtime_and_medical_are_bypassed_with_the_reason_logged(
+    proxy: Proxy, upstream: Upstream, question: str, intent: str
+) -> None:
+    client = proxy.client(**{"x-smartcache-session": f"bp-{intent}"})
+    for _ in range(2):
+        with capture_logs() as logs:
+            status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": question}])
+        (line,) = [e for e in logs if e["event"] == "chat.request"]
+        assert status == "bypass"
+        assert (line["status"], line["reason"], line["intent"]) == ("bypass", f"intent_disabled:{intent}", intent)
+        question += " "  # not a regenerate: the second ask is bypassed for its intent too
+    assert len(upstream.script.calls) == 2
+    assert [r async for r in proxy.app[keys.CACHE].store.iter_live()] == []
