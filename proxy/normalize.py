@@ -184,6 +184,14 @@ def _collapse_punctuation(text: str) -> str:
     return _REPEATED_PUNCT.sub(lambda m: "..." if m.group().startswith(".") else m.group(1), text)
 
 
+# English number words in one form with digits ("three tips" = "3 tips"). "one" stays a word:
+# it is a pronoun as often as a number ("which one", "one of them").
+_EN_NUMBERS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split()) if i != 1}
+_EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "hundred": "100"})
+_EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
+
+
 def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> str:
     """One canonical spelling of a text for signing; idempotent.
 
@@ -199,6 +207,7 @@ def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> str:
     text = _collapse_punctuation(text)
     text = _convert_chinese_numerals(text, segmenter or default_segmenter())
     text = _convert_units(text)
+    text = _EN_NUMBER.sub(lambda m: _EN_NUMBERS[m.group(1)], text)
     return _TRAILING_PUNCT.sub("", text)
 
 
