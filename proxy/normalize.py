@@ -186,8 +186,9 @@ def _collapse_punctuation(text: str) -> str:
 
 # English number words in one form with digits ("three tips" = "3 tips"). "one" stays a word:
 # it is a pronoun as often as a number ("which one", "one of them").
-_EN_NUMBERS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve".split()) if i != 1}
+_EN_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+             "twelve")
+_EN_NUMBERS = {w: str(i) for i, w in enumerate(_EN_WORDS) if i != 1}
 _EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "hundred": "100"})
 _EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
 

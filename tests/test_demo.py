@@ -148,7 +148,8 @@ async def run_example(proxy: Proxy, *command: str) -> str:
 async def test_openai_sdk_example_shows_a_miss_then_a_streamed_hit(proxy: Proxy, upstream: Upstream) -> None:
     out = await run_example(proxy, sys.executable, "examples/openai_sdk.py")
     assert re.search(r"^\[not streamed\] x-cache-status=miss$", out, re.M), out
-    assert re.search(r"^\[streamed\] x-cache-status=hit x-cache-similarity=(?:0\.9\d+|1\.0000) x-cache-id=sc-\w+ age=\d+$",
+    hit_line = r"^\[streamed\] x-cache-status=hit x-cache-similarity=(?:0\.9\d+|1\.0000) x-cache-id=sc-\w+ age=\d+$"
+    assert re.search(hit_line,
                      out, re.M), out
     answer = "Answer #1 to: Give me three tips for sleeping better."
     assert out.count(answer) == 2  # the hit streamed the very answer the miss stored
