@@ -235,13 +235,15 @@ class SemanticCache:
                     policy_version: str, answer: str, usage: dict[str, Any]) -> Record:
         now = self.clock()
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
+        # tens of ms of jieba on a long answer: off the event loop
+        facts = (await asyncio.to_thread(extract_key_facts, answer)).to_json()
         record = Record(
             cache_id="sc-" + uuid.uuid4().hex[:20], tenant=who.tenant, user=who.user,
             scope=_write_scope(policy, sig, request), session=who.session, namespace=request.controls.namespace or "",
             context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.record_tags(),
             vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
             qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(), answer_text=answer,
-            key_facts=extract_key_facts(answer).to_json(), model=request.model,
+            key_facts=facts, model=request.model,
             system_prompt_version=sig.system_prompt_version, policy_version=policy_version,
             request_hash=sig.request_hash, state="ready" if self.ready_after <= 0 else "pending",
             created_at=now, ready_at=now + self.ready_after, expires_at=now + ttl,
