@@ -18,9 +18,9 @@ from enum import StrEnum
 from proxy.change import ChangeKind, detect_change
 from proxy.lexical import context_dependent, reordered, text_similarity
 from proxy.policy import IntentPolicy
-from proxy.signer import Signature, entities_from_json
+from proxy.signer import Signature
 from proxy.store import Record
-from proxy.tagger import entities_conflict
+from proxy.tagger import Entities, entities_conflict
 from proxy.validator import KeyFacts, extract_constraints, validate_answer
 
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
@@ -78,7 +78,7 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[C
         if tags.get("intent") != sig.tags.intent:
             reason = "intent"
         else:
-            conflicts = entities_conflict(entities_from_json(tags.get("entities", {})), sig.tags.entities)
+            conflicts = entities_conflict(Entities.from_json(tags.get("entities", {})), sig.tags.entities)
             if conflicts:
                 reason = "entities:" + ",".join(sorted(conflicts))
         out.append((cand, reason))
@@ -113,7 +113,7 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
         return Decision(Status.MISS, "below_candidate", record, score)
     verdict = detect_change(
         sig.current_text,
-        candidate_entities=entities_from_json(record.coarse_tags.get("entities", {})),
+        candidate_entities=Entities.from_json(record.coarse_tags.get("entities", {})),
         request_entities=sig.tags.entities,
         candidate_intent=str(record.coarse_tags.get("intent")),
         request_intent=sig.tags.intent,

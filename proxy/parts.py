@@ -24,6 +24,8 @@ from proxy.store import SqliteStore
 from proxy.upstream import Upstream
 from proxy.vector_index import HnswIndex
 
+NOWHERE = "http://127.0.0.1:9/v1"  # for offline users of the parts (replay, warm): never called
+
 
 @dataclass
 class Parts:

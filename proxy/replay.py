@@ -25,11 +25,9 @@ from proxy.embedding_backends import SyncEmbedder
 from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.openai_body import parse_chat_request
-from proxy.parts import Parts, open_parts
+from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.policy import Policy, load_policy
 from proxy.settings import Settings, load_settings
-
-NOWHERE = "http://127.0.0.1:9/v1"  # replay never calls upstream
 
 
 @dataclass(frozen=True, slots=True)

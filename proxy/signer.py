@@ -71,10 +71,6 @@ class CoarseTags:
         }
 
 
-def entities_from_json(d: dict[str, Any]) -> Entities:
-    return Entities.from_json(d)
-
-
 @dataclass(frozen=True, slots=True)
 class Signature:
     vector: np.ndarray  # the encoding view: the conversation as a whole
@@ -129,6 +125,7 @@ class ContextSigner:
         self.settings = settings
         self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
         self._norms: LruDict[str, str] = LruDict(settings.cache_size)
+        self._entities: LruDict[str, Entities] = LruDict(settings.cache_size)
 
     def normalize(self, text: str) -> str:
         cached = self._norms.get(text)
@@ -136,6 +133,14 @@ class ContextSigner:
             cached = normalize_text(text)
             cached = canonical_formula(cached) or cached
             self._norms.put(text, cached)
+        return cached
+
+    def entities(self, normalized: str) -> Entities:
+        """Entities of a normalised turn, kept like its vector: history turns recur every request."""
+        cached = self._entities.get(normalized)
+        if cached is None:
+            cached = extract_entities(normalized, normalized=True)
+            self._entities.put(normalized, cached)
         return cached
 
     async def vectors(self, texts: Sequence[str], stages: dict[str, float] | None = None) -> list[np.ndarray]:
@@ -169,8 +174,8 @@ class ContextSigner:
         switch = self._is_topic_switch(guess, running, vecs[0], vecs[1:])
         view_turns = [] if switch else history
         entities = merge_entities(
-            [extract_entities(self.normalize(m.text)) for m in view_turns if m.role == "user"],
-            extract_entities(current),
+            [self.entities(self.normalize(m.text)) for m in view_turns if m.role == "user"],
+            self.entities(current),
         )
         spv = system_version or system_prompt_version(request.system_text)
         view, dropped = self._view(request.system_text, view_turns, current)
@@ -236,8 +241,8 @@ class ContextSigner:
         head = f"system: {self.normalize(system)[-s.system_tail_chars:]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
         lines = [self._line(m) for m in history]
-        active = extract_entities(current)
-        related = [not _disjoint(extract_entities(self.normalize(m.text)), active) for m in history]
+        active = self.entities(current)
+        related = [not _disjoint(self.entities(self.normalize(m.text)), active) for m in history]
         dropped: list[str] = []
         budget = self.embedder.backend.max_tokens - 8
 

@@ -14,11 +14,9 @@ from proxy.datasets import Conversation
 from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.openai_body import parse_chat_request
-from proxy.parts import Parts, open_parts
+from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import Settings
 from proxy.signer import request_hash
-
-NOWHERE = "http://127.0.0.1:9/v1"
 
 
 async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, int]:
