@@ -1,11 +1,12 @@
 """Hit latency and miss overhead of the proxy against a scripted upstream on loopback.
 
-Three modes side by side in one run, N requests each, sequential (latency, not throughput):
-direct to the upstream, through the proxy as misses (every question new), through the proxy
-as hits (every question asked before in its session). Also the embedding model's time per
-request (the `embed` stage) from the proxy's own metrics.
+Modes side by side in one run, N requests each, sequential (latency, not throughput): direct to
+the upstream, then per embedding pack through the proxy as misses (every question new: the
+embedding runs) and as hits (every question asked before in its session, lower-cased: the same
+normalised text, so its vector comes from the signer's cache). Also each pack's time per
+embedding call (the `embed` stage) from the proxy's own metrics.
 
-    .venv/bin/python benchmarks/bench_proxy.py [-n 200] [--model-home DIR]
+    .venv/bin/python benchmarks/bench_proxy.py [-n 200] [--model-home DIR] [--packs P ...]
 """
 
 from __future__ import annotations
@@ -52,51 +53,61 @@ async def timed(session: aiohttp.ClientSession, url: str, question: str, sid: st
     return (time.perf_counter() - t0) * 1000, status
 
 
-async def main(n: int, model_home: Path | None) -> None:
-    up = TestServer(upstream_app(), host="127.0.0.1")
-    await up.start_server()
+async def run_pack(pack: str, n: int, model_home: Path | None, up: TestServer,
+                   results: dict[str, list[float]], statuses: dict[str, set[str]]) -> float | None:
+    """Misses then hits through a fresh proxy embedding with ``pack``; the mean embed-stage time."""
+    questions = [f"Question number {i}: what is {i} times {i + 7}?" for i in range(n)]
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(environ={}, overrides={
             "upstream": str(up.make_url("/v1")), "data_dir": Path(tmp), "ready_after": 0.0,
-            "model_home": model_home, "log_level": "warning"})
+            "model_home": model_home, "log_level": "warning", "embedding_model": pack})
         proxy = TestServer(create_app(settings), host="127.0.0.1")
         await proxy.start_server()
-        questions = [f"Question number {i}: what is {i} times {i + 7}?" for i in range(n)]
-        results: dict[str, list[float]] = {}
         async with aiohttp.ClientSession() as s:
-            direct = str(up.make_url("/v1/chat/completions"))
             via = str(proxy.make_url("/v1/chat/completions"))
             await timed(s, via, "warm-up question", "warm")
-            results["direct"] = [(await timed(s, direct, q, f"s{i}"))[0] for i, q in enumerate(questions)]
             miss = [await timed(s, via, q, f"s{i}") for i, q in enumerate(questions)]
             hit = [await timed(s, via, q.lower(), f"s{i}") for i, q in enumerate(questions)]
             async with s.get(str(proxy.make_url("/metrics"))) as r:
                 snap = parse_metrics(await r.text())
-        results["proxy miss"] = [ms for ms, _ in miss]
-        results["proxy hit"] = [ms for ms, _ in hit]
-        statuses = {"proxy miss": {st for _, st in miss}, "proxy hit": {st for _, st in hit}}
         await proxy.close()
+    for mode, rows in ((f"miss · {pack}", miss), (f"hit · {pack}", hit)):
+        results[mode] = [ms for ms, _ in rows]
+        statuses[mode] = {st for _, st in rows}
+    embed = snap.stages.get("embed")
+    return embed.mean * 1000 if embed is not None else None
+
+
+async def main(n: int, model_home: Path | None, packs: list[str]) -> None:
+    up = TestServer(upstream_app(), host="127.0.0.1")
+    await up.start_server()
+    results: dict[str, list[float]] = {}
+    statuses: dict[str, set[str]] = {}
+    async with aiohttp.ClientSession() as s:
+        direct = str(up.make_url("/v1/chat/completions"))
+        results["direct"] = [(await timed(s, direct, f"Question {i}", f"s{i}"))[0] for i in range(n)]
+    embed_ms = {pack: await run_pack(pack, n, model_home, up, results, statuses) for pack in packs}
     await up.close()
     table = Table(title=f"proxy latency, {n} sequential requests per mode (ms)")
-    for col in ("mode", "x-cache-status", "p50", "p95", "mean"):
+    for col in ("mode", "x-cache-status", "p50", "p95", "mean", "p50 over direct"):
         table.add_column(col)
+    base = statistics.median(results["direct"])
     for mode, values in results.items():
         q = statistics.quantiles(values, n=20)
         table.add_row(mode, ",".join(sorted(statuses.get(mode, {"-"}))), f"{statistics.median(values):.2f}",
-                      f"{q[18]:.2f}", f"{statistics.fmean(values):.2f}")
-    console = Console()
+                      f"{q[18]:.2f}", f"{statistics.fmean(values):.2f}",
+                      "-" if mode == "direct" else f"{statistics.median(values) - base:+.2f}")
+    console = Console(width=120)
     console.print(table)
-    base = statistics.median(results["direct"])
-    console.print(f"miss overhead (median): {statistics.median(results['proxy miss']) - base:.2f} ms; "
-                  f"hit vs direct upstream (median): {statistics.median(results['proxy hit']):.2f} vs {base:.2f} ms")
-    embed = snap.stages.get("embed")
-    if embed is not None:
-        console.print(f"embedding time per embedding call (mean): {embed.mean * 1000:.2f} ms over {embed.count} calls")
+    for pack, ms in embed_ms.items():
+        if ms is not None:
+            console.print(f"{pack}: embedding time per embedding call (mean) {ms:.2f} ms")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--model-home", type=Path)
+    ap.add_argument("--packs", nargs="+", default=["e5-small-multilingual", "use-multilingual"])
     a = ap.parse_args()
-    asyncio.run(main(a.n, a.model_home))
+    asyncio.run(main(a.n, a.model_home, a.packs))

@@ -17,7 +17,8 @@ from aiohttp import web
 from proxy import keys
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.intent import IntentClassifier
-from proxy.policy import PolicyError, load_policy
+from proxy.parts import load_policy_for
+from proxy.policy import PolicyError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # invalidation selectors and the record columns they match; nothing else reaches SQL
@@ -163,7 +164,7 @@ async def reload_policy(app: web.Application) -> dict[str, Any]:
     """Load, build, then swap: a bad file leaves the running policy in force."""
     settings = app[keys.SETTINGS]
     box = app[keys.POLICY_BOX]
-    policy = await asyncio.to_thread(load_policy, settings.policy)
+    policy = await asyncio.to_thread(load_policy_for, settings)
     classifier = await IntentClassifier.build(policy, app[keys.EMBEDDER])
     old_version = box.policy.version
     box.policy, box.classifier = policy, classifier

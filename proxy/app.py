@@ -64,7 +64,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
         lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge,
                               Capacity(s.max_records, s.max_answer_bytes))
         app[LIFECYCLE] = lifecycle
-        log.info("cache.ready", records=parts.loaded, model=s.embedding_model, policy=str(s.policy),
+        log.info("cache.ready", records=parts.loaded, model=s.embedding_model, policy=str(s.policy_file),
                  policy_version=parts.policy_box.policy.version, upstream=app[UPSTREAM_URL])
         interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
         async with running(lifecycle, interval):

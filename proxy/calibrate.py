@@ -90,9 +90,13 @@ def calibrate(rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80,
 
 
 def write_policy(source: Path, out: Path, results: Mapping[str, Calibration], *, traces: Sequence[str],
-                 target: float) -> None:
-    """The input policy with calibrated thresholds, each intent commented with its data."""
+                 target: float, embedding_model: str | None = None) -> None:
+    """The input policy with calibrated thresholds, each intent commented with its data, stamped
+    with the embedding model whose scores they were measured on."""
     data: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
+    if embedding_model is not None:
+        data = {"version": data.get("version"), "embedding_model": embedding_model,
+                **{k: v for k, v in data.items() if k not in ("version", "embedding_model")}}
     header = [f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
               *[f"#   {t}" for t in traces],
               "# Per intent: samples = requests whose best candidate passed the nets.", ""]

@@ -114,7 +114,8 @@ def cmd_check_policy(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = policy_table(policy)
-    table = Table(title=f"{args.file} (version {policy.version})")
+    model = f", calibrated for {policy.embedding_model}" if policy.embedding_model else ""
+    table = Table(title=f"{args.file} (version {policy.version}{model})")
     for col in rows[0] if rows else []:
         table.add_column(col)
     for row in rows:
@@ -129,13 +130,18 @@ def _load_convs(paths: list[Path]) -> list[Any]:
     return load_traces(paths)
 
 
+def _replay_settings(args: argparse.Namespace) -> Settings:
+    return load_settings(overrides={"policy": getattr(args, "policy", None),
+                                    "embedding_model": getattr(args, "embedding_model", None)})
+
+
 def _replay_rows(args: argparse.Namespace, *, shadow: bool) -> list[Any]:
     from rich.progress import Progress
 
     from proxy.replay import run_replay
 
     convs = _load_convs(args.traces)
-    settings = load_settings(overrides={"policy": getattr(args, "policy", None)})
+    settings = _replay_settings(args)
     with Progress(transient=True) as bar:
         task = bar.add_task("replay" if not shadow else "shadow replay", total=len(convs))
         return asyncio.run(run_replay(convs, settings=settings, shadow=shadow,
@@ -163,8 +169,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     results = calibrate(rows, target=args.target_false_hit)
     print_calibration(results)
     if args.out:
-        source = args.policy or load_settings().policy
-        write_policy(source, args.out, results, traces=[str(p) for p in args.traces], target=args.target_false_hit)
+        settings = _replay_settings(args)
+        source = settings.policy_file
+        write_policy(source, args.out, results, traces=[str(p) for p in args.traces], target=args.target_false_hit,
+                     embedding_model=settings.embedding_model)
         print(f"wrote {args.out}")
     return 0
 
@@ -219,13 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="replay traces through the cache offline and report")
     replay.add_argument("traces", nargs="+", type=Path)
     replay.add_argument("--policy", type=Path)
+    replay.add_argument("--embedding-model", dest="embedding_model", help="pack to embed with (default: settings)")
     replay.add_argument("--report", type=Path, help="folder for an HTML report with plots")
     replay.add_argument("--no-plots", dest="plots", action="store_false")
     replay.set_defaults(func=cmd_replay)
     cal = sub.add_parser("calibrate", help="choose per-intent thresholds for a target false-hit rate")
     cal.add_argument("traces", nargs="+", type=Path)
     cal.add_argument("--target-false-hit", type=float, default=1e-3)
-    cal.add_argument("--policy", type=Path)
+    cal.add_argument("--policy", type=Path, help="template policy (default: the one shipped for the pack)")
+    cal.add_argument("--embedding-model", dest="embedding_model", help="pack to calibrate for (default: settings)")
     cal.add_argument("--out", type=Path)
     cal.set_defaults(func=cmd_calibrate)
     warm = sub.add_parser("warm", help="write past conversations into the cache as ready records")

@@ -16,7 +16,7 @@ from proxy.embedding_backends import SyncEmbedder
 from proxy.embedding_packs import load_embedder
 from proxy.intent import IntentClassifier
 from proxy.metrics import Metrics
-from proxy.policy import Policy, load_policy
+from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.prewarm import Prewarmer
 from proxy.settings import Settings
 from proxy.signer import ContextSigner, SignerSettings
@@ -39,6 +39,12 @@ class Parts:
     loaded: int
 
 
+def load_policy_for(s: Settings) -> Policy:
+    policy = load_policy(s.policy_file)
+    check_embedding_model(policy, s.embedding_model)
+    return policy
+
+
 async def load_backend(s: Settings) -> SyncEmbedder:
     return await asyncio.to_thread(load_embedder, s.embedding_model, s.models_root,
                                    threads=s.embed_threads or None, auto_install=True)
@@ -49,8 +55,13 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
                      policy: Policy | None = None) -> AsyncIterator[Parts]:
     backend = backend or await load_backend(s)
     embedder = BatchingEmbedder(backend, max_batch=s.embed_max_batch, max_wait_s=s.embed_max_wait_ms / 1000)
-    policy = policy or load_policy(s.policy)
+    policy = policy or load_policy_for(s)
     store = await SqliteStore.open(s.db_path)
+    try:
+        await store.claim_embedding(s.embedding_model, backend.dim)
+    except BaseException:
+        await store.close()
+        raise
     upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
     prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
     try:

@@ -26,7 +26,7 @@ from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.openai_body import parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
-from proxy.policy import Policy, load_policy
+from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import Settings, load_settings
 
 
@@ -124,9 +124,13 @@ async def run_replay(convs: Sequence[Conversation], *, settings: Settings | None
         base = settings or load_settings()
         s = base.replace(data_dir=Path(tmp), ready_after=0.0, model_home=base.models_root,
                          policy=policy_path or base.policy)
-        policy = load_policy(s.policy)
+        policy = load_policy(s.policy_file)
         if shadow:
+            # Shadow rows feed calibration, which replaces the thresholds: a template calibrated
+            # under another model is how a new model gets its first policy.
             policy = shadow_policy(policy)
+        else:
+            check_embedding_model(policy, s.embedding_model)
         async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=backend, policy=policy) as parts:
             return await replay_conversations(parts, convs, shadow=shadow, progress=progress)
 

@@ -14,7 +14,14 @@ from typing import Any, get_args, get_type_hints
 import yaml
 
 FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
-DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+POLICIES = Path(__file__).resolve().parent.parent / "policies"
+DEFAULT_POLICY = POLICIES / "default.yaml"  # calibrated for the default embedding pack
+
+
+def shipped_policy(embedding_model: str) -> Path:
+    """The shipped policy calibrated for a pack (``policies/<pack>.yaml``), else the default one."""
+    own = POLICIES / f"{embedding_model}.yaml"
+    return own if "/" not in embedding_model and own.is_file() else DEFAULT_POLICY
 
 
 class SettingsError(ValueError):
@@ -30,7 +37,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     data_dir: Path = field(default_factory=lambda: Path(".smartcache"))
-    policy: Path = DEFAULT_POLICY
+    policy: Path | None = None  # None: the shipped policy for the embedding pack (shipped_policy)
     embedding_model: str = "e5-small-multilingual"
     model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
     embed_threads: int = 0  # 0: let ONNX Runtime decide
@@ -55,6 +62,10 @@ class Settings:
     prewarm: bool = False
     prewarm_concurrency: int = 2  # prewarms in flight at once; more are dropped, never queued
     coalesce: bool = True  # concurrent identical requests share one upstream call (proxy/coalesce.py)
+
+    @property
+    def policy_file(self) -> Path:
+        return self.policy if self.policy is not None else shipped_policy(self.embedding_model)
 
     @property
     def models_root(self) -> Path:

@@ -100,7 +100,12 @@ CREATE TABLE IF NOT EXISTS session_last (
   request_hash TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (tenant, session)
 );
 CREATE INDEX IF NOT EXISTS session_last_at ON session_last(at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+class StoreMismatch(ValueError):
+    """A data directory written under another embedding model: its vectors live in another space."""
 
 
 class RecordStore(Protocol):
@@ -139,6 +144,36 @@ class SqliteStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+    async def claim_embedding(self, model: str, dim: int) -> None:
+        """Stamp an empty store with the embedding model, or refuse one stamped with another: vectors of
+        two models are not comparable even at the same dimension, so a mixed index matches nonsense."""
+        stamp = f"{model} dim={dim}"
+        async with self._db.execute("SELECT value FROM meta WHERE key = 'embedding'") as cur:
+            row = await cur.fetchone()
+        if row is None:
+            async with self._db.execute("SELECT COUNT(*) FROM records") as cur:
+                count = (await cur.fetchone() or (0,))[0]
+            if count:
+                # Written before stamps existed (the default pack then); trust it only at that shape.
+                stamp_old = f"e5-small-multilingual dim={dim}"
+                if stamp != stamp_old:
+                    raise StoreMismatch(self._mismatch(stamp, "an unrecorded model", count))
+            await self._db.execute("INSERT INTO meta (key, value) VALUES ('embedding', ?)", (stamp,))
+            await self._db.commit()
+        elif row[0] != stamp:
+            async with self._db.execute("SELECT COUNT(*) FROM records") as cur:
+                count = (await cur.fetchone() or (0,))[0]
+            if count == 0:
+                await self._db.execute("UPDATE meta SET value = ? WHERE key = 'embedding'", (stamp,))
+                await self._db.commit()
+            else:
+                raise StoreMismatch(self._mismatch(stamp, row[0], count))
+
+    def _mismatch(self, want: str, have: str, count: int) -> str:
+        return (f"{self.path}: the cache holds {count} records embedded with {have}, but this run embeds with "
+                f"{want}; vectors of different models cannot be compared. Run with the model the cache was "
+                f"built with, use another data_dir, or delete {self.path.name}* to start the cache afresh")
 
     @staticmethod
     def _row(row: Sequence[Any], names: Sequence[str]) -> Record:

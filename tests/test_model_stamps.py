@@ -1,0 +1,159 @@
+"""Similarity numbers belong to one embedding model: policies and caches say which, and a run under
+another model is refused before it can serve by the wrong scale or compare vectors across spaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from proxy import keys
+from proxy.app import create_app
+from proxy.calibrate import Calibration, write_policy
+from proxy.embedding_packs import install_pack
+from proxy.metrics import Metrics
+from proxy.parts import NOWHERE, load_policy_for, open_parts
+from proxy.policy import PolicyError, load_policy, parse_policy
+from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_policy
+from proxy.store import Record, SqliteStore, StoreMismatch
+from tests.conftest import Upstream
+from tests.test_e2e_core import ask, chat
+
+
+def make_record(dim: int) -> Record:
+    vec = (np.ones(dim, dtype=np.float32) / np.sqrt(dim)).tobytes()
+    return Record(cache_id="c1", tenant="t", user=None, scope="session", session="s", namespace="n",
+                  context_fingerprint="f", intent="general", coarse_tags={}, vector=vec, qvector=vec,
+                  answer_text="a", key_facts={}, model="m", system_prompt_version="v", policy_version="p",
+                  request_hash="h", state="ready", expires_at=1e12)
+
+
+def minimal(**top: object) -> dict[str, object]:
+    return {"version": "t1", "defaults": {"cache": True, "accept": 0.9, "candidate": 0.85, "direct_hit": True,
+                                          "half_hit": "incremental", "validate": [], "ttl": 60,
+                                          "scope": "session"},
+            "intents": {"general": {}}, **top}
+
+
+def test_policy_declares_its_model_and_topic_switch_scale() -> None:
+    data = minimal(embedding_model="use-multilingual", classifier={"topic_switch_similarity": 0.8})
+    policy = parse_policy(data, "mem.yaml")
+    assert policy.embedding_model == "use-multilingual"
+    assert policy.classifier.topic_switch_similarity == 0.8
+    assert parse_policy(minimal(), "mem.yaml").embedding_model is None
+
+
+@pytest.mark.parametrize(("top", "key"), [
+    ({"embedding_model": ""}, "embedding_model"),
+    ({"embedding_model": 3}, "embedding_model"),
+    ({"classifier": {"topic_switch_similarity": 1.5}}, "classifier.topic_switch_similarity"),
+])
+def test_bad_model_stamps_are_refused_naming_the_key(top: dict[str, object], key: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(minimal(**top), "mem.yaml")
+    assert err.value.key == key
+
+
+def test_every_shipped_policy_is_stamped_with_the_pack_it_is_named_for() -> None:
+    default_model = load_settings(environ={}).embedding_model
+    assert load_policy(DEFAULT_POLICY).embedding_model == default_model
+    for path in POLICIES.glob("*.yaml"):
+        if path != DEFAULT_POLICY:
+            assert load_policy(path).embedding_model == path.stem, path
+
+
+def test_unset_policy_follows_the_embedding_model(tmp_path: Path) -> None:
+    default = load_settings(environ={})
+    assert default.policy is None and default.policy_file == DEFAULT_POLICY
+    for path in POLICIES.glob("*.yaml"):
+        if path != DEFAULT_POLICY:
+            s = load_settings(environ={}, overrides={"embedding_model": path.stem})
+            assert s.policy_file == path and load_policy_for(s).embedding_model == path.stem
+    assert shipped_policy("fastembed:BAAI/bge-small-en-v1.5") == DEFAULT_POLICY
+    own = tmp_path / "mine.yaml"
+    own.write_text("version: x\n", encoding="utf-8")
+    assert load_settings(environ={}, overrides={"policy": own}).policy_file == own
+
+
+def test_a_policy_for_another_model_is_refused_with_the_fix(tmp_path: Path) -> None:
+    other = next(p.stem for p in [*POLICIES.glob("*.yaml"), DEFAULT_POLICY]
+                 if load_policy(p).embedding_model != load_settings(environ={}).embedding_model)
+    s = load_settings(environ={}, overrides={"policy": shipped_policy(other)})
+    with pytest.raises(PolicyError) as err:
+        load_policy_for(s)
+    assert err.value.key == "embedding_model"
+    assert "smartcache calibrate" in str(err.value) and other in str(err.value)
+
+
+def test_calibrated_policy_is_stamped_with_the_model_it_was_measured_on(tmp_path: Path) -> None:
+    out = tmp_path / "cal.yaml"
+    results = {"general": Calibration("general", 0.97, 0.92, 40, 10, 0, 0.07, 20, 0.5, "meets target")}
+    write_policy(DEFAULT_POLICY, out, results, traces=["t.jsonl"], target=1e-3, embedding_model="my-model")
+    data = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert list(data)[:2] == ["version", "embedding_model"] and data["embedding_model"] == "my-model"
+    policy = load_policy(out)
+    assert policy.embedding_model == "my-model" and policy.intents["general"].accept == 0.97
+
+
+async def test_store_is_stamped_and_refuses_another_model(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    await store.claim_embedding("model-a", 4)
+    await store.claim_embedding("model-b", 8)  # empty: re-stamped, nothing to compare
+    await store.insert(make_record(dim=8))
+    await store.claim_embedding("model-b", 8)
+    for model, dim in (("model-a", 8), ("model-b", 4)):
+        with pytest.raises(StoreMismatch) as err:
+            await store.claim_embedding(model, dim)
+        assert "model-b dim=8" in str(err.value) and "data_dir" in str(err.value)
+    await store.close()
+
+
+async def test_open_parts_refuses_a_cache_built_with_another_model(tmp_path: Path, model_home: Path,
+                                                                   sync_embedder: object) -> None:
+    from proxy.embedding_backends import SyncEmbedder
+
+    assert isinstance(sync_embedder, SyncEmbedder)
+    s = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
+    store = await SqliteStore.open(s.db_path)
+    await store.claim_embedding("some-other-model", sync_embedder.dim)
+    await store.insert(make_record(dim=sync_embedder.dim))
+    await store.close()
+    with pytest.raises(StoreMismatch):
+        async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder):
+            pass
+    # the refused cache is left as it was
+    store = await SqliteStore.open(s.db_path)
+    assert len(await store.get_many([1])) == 1
+    await store.close()
+
+
+async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_model(
+        tmp_path: Path, model_home: Path, upstream: Upstream) -> None:
+    """The USE pack with no policy set runs under the policy shipped for it; the data dir it wrote is
+    then refused to the default pack at start, before any request is answered."""
+    install_pack("use-multilingual", model_home, progress=False)
+    base = {"upstream": upstream.url, "data_dir": tmp_path / "data", "model_home": model_home,
+            "ready_after": 0.0, "upstream_timeout": 5.0}
+    settings = load_settings(environ={}, overrides={**base, "embedding_model": "use-multilingual"})
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        assert server.app[keys.POLICY_BOX].policy.embedding_model == "use-multilingual"
+        client = openai.AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="k", max_retries=0,
+                                    default_headers={"x-smartcache-session": "s1"})
+        status, first, _ = await chat(client, ask("What is the tallest mountain in Europe?"))
+        assert status == "miss"
+        status, again, _ = await chat(client, ask("what is the tallest mountain in europe"))
+        assert (status, again) == ("hit", first)
+        assert len(upstream.script.calls) == 1
+    finally:
+        await server.close()
+    other = TestServer(create_app(load_settings(environ={}, overrides=base)), host="127.0.0.1")
+    with pytest.raises(StoreMismatch, match="use-multilingual"):
+        await other.start_server()
+    await other.close()
