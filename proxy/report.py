@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from proxy.calibrate import Calibration, calibrate
+from proxy.calibrate import Calibration, HeldOut, calibrate
 from proxy.replay import Row, summarize
 
 COLUMNS = ("requests", "reusable", "hit", "correct_hits", "false_hits", "half-hit", "miss", "bypass", "saved_tokens")
@@ -54,6 +54,17 @@ def print_calibration(results: Mapping[str, Calibration], console: Console | Non
     (console or Console()).print(table)
     for c in results.values():
         (console or Console()).print(f"  {c.intent}: {c.note}")
+
+
+def print_held_out(result: HeldOut, console: Console | None = None) -> None:
+    out = console or Console()
+    out.print(f"held-out check ({result.folds}-fold by conversation, each fold served with thresholds "
+              f"calibrated on the others): {result.hits} hits, {result.false_hits} false, precision "
+              f"{result.precision:.3f}, recall {result.recall:.3f} of {result.reusable} reusable")
+    for intent, (hits, false) in result.by_intent.items():
+        if false:
+            out.print(f"  {intent}: {false} false of {hits} hits: its threshold does not generalise; "
+                      "add traces or raise it by hand")
 
 
 def _plot(shadow: Sequence[Row], chosen: Mapping[str, Calibration], path: Path) -> None:

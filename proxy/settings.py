@@ -14,7 +14,15 @@ from typing import Any, get_args, get_type_hints
 import yaml
 
 FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
-POLICIES = Path(__file__).resolve().parent.parent / "policies"
+def _policies_dir() -> Path:
+    """Shipped policies: package data of an installed wheel (proxy/policies), else the checkout's
+    top-level policies/ (where an editable install and the tests read them)."""
+    here = Path(__file__).resolve().parent
+    installed = here / "policies"
+    return installed if installed.is_dir() else here.parent / "policies"
+
+
+POLICIES = _policies_dir()
 DEFAULT_POLICY = POLICIES / "default.yaml"  # calibrated for the default embedding pack
 
 

@@ -86,7 +86,8 @@ def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:
     """The storable answer text of a non-streamed completion (None: do not store) and its usage."""
     if not isinstance(body, dict):
         return None, {}
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    raw_usage = body.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     choices = body.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         return None, usage

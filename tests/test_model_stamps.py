@@ -89,6 +89,15 @@ def test_a_policy_for_another_model_is_refused_with_the_fix(tmp_path: Path) -> N
     assert "smartcache calibrate" in str(err.value) and other in str(err.value)
 
 
+def test_a_pack_with_no_shipped_policy_is_told_to_calibrate_one() -> None:
+    s = load_settings(environ={}, overrides={"embedding_model": "minilm-l6-en"})
+    assert s.policy_file == DEFAULT_POLICY
+    with pytest.raises(PolicyError) as err:
+        load_policy_for(s)
+    assert "no policy is shipped for embedding model 'minilm-l6-en'" in str(err.value)
+    assert "smartcache calibrate TRACES --embedding-model minilm-l6-en" in str(err.value)
+
+
 def test_calibrated_policy_is_stamped_with_the_model_it_was_measured_on(tmp_path: Path) -> None:
     out = tmp_path / "cal.yaml"
     results = {"general": Calibration("general", 0.97, 0.92, 40, 10, 0, 0.07, 20, 0.5, "meets target")}
@@ -157,3 +166,29 @@ async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_
     with pytest.raises(StoreMismatch, match="use-multilingual"):
         await other.start_server()
     await other.close()
+
+
+def test_an_installed_wheel_layout_finds_the_shipped_policies(tmp_path: Path) -> None:
+    """pyproject maps policies/ to proxy.policies; laid out as a wheel installs it (no checkout
+    around), the settings find the policy for each pack there."""
+    import shutil
+    import subprocess
+    import sys
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    tool = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert tool["package-dir"]["proxy.policies"] == "policies"
+    assert "*.yaml" in tool["package-data"]["proxy.policies"]
+    site = tmp_path / "site"
+    shutil.copytree(root / "proxy", site / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "policies", site / "proxy" / "policies")
+    code = ("from proxy.settings import load_settings; from proxy.parts import load_policy_for\n"
+            "for m in ('e5-small-multilingual', 'use-multilingual'):\n"
+            "    s = load_settings(environ={}, overrides={'embedding_model': m})\n"
+            "    print(s.policy_file, load_policy_for(s).embedding_model)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    for line, model in zip(out, ("e5-small-multilingual", "use-multilingual"), strict=True):
+        path, stamp = line.split()
+        assert Path(path).is_relative_to(site / "proxy" / "policies") and stamp == model

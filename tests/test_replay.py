@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from proxy.calibrate import calibrate, upper_bound, write_policy
+from proxy.calibrate import calibrate, fold_of, held_out, upper_bound, write_policy
 from proxy.datasets import Conversation, Turn
 from proxy.embedding_backends import SyncEmbedder
 from proxy.policy import load_policy
@@ -79,6 +80,24 @@ def test_calibrate_meets_the_target_with_enough_clean_data() -> None:
     assert result.accept == pytest.approx(0.90, abs=0.001) and result.note == "meets target"
 
 
+def test_held_out_check_serves_each_fold_with_thresholds_it_did_not_shape() -> None:
+    names = [f"c{i}" for i in range(200)]
+    fold0 = [n for n in names if fold_of(n, 2) == 0]
+    fold1 = [n for n in names if fold_of(n, 2) == 1]
+
+    def at(conv: str, intent: str, score: float, ok: bool) -> Row:
+        return dataclasses.replace(row(intent, score, ok), conversation=conv)
+
+    rows = [at(n, "travel", 0.975 + (i % 3) / 100, True) for i, n in enumerate(names)]
+    rows += [at(fold0[0], "travel", 0.95, False), at(fold1[0], "travel", 0.965, False)]
+    result = held_out(rows, folds=2, min_samples=5)
+    # fold 0 is served at 0.97 (above fold 1's 0.965), so its 0.95 false stays out; fold 1 is served
+    # at 0.955, and its 0.965 false gets through: the in-sample picture (0 false) does not hold.
+    assert result.false_hits == 1 and result.by_intent["travel"] == (201, 1)
+    assert result.hits == 201 and result.precision == pytest.approx(200 / 201)
+    assert all(c.false_hits == 0 for c in calibrate(rows, min_samples=5).values())
+
+
 def test_upper_bound_is_the_rule_of_three_for_no_failures() -> None:
     assert upper_bound(0, 3000) == pytest.approx(1 - 0.05 ** (1 / 3000))
     assert upper_bound(0, 3000) < 1e-3 < upper_bound(0, 2000)
@@ -115,3 +134,21 @@ async def test_warm_twice_writes_each_record_once(sync_embedder: SyncEmbedder, m
     finally:
         await store.close()
     assert len(records) == 3 and {r.state for r in records} == {"ready"}
+
+
+def test_calibrate_command_writes_a_stamped_policy_and_a_held_out_check(
+        tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy.cli import main
+    from proxy.datasets import write_traces
+
+    traces = tmp_path / "traces.jsonl"
+    write_traces(traces, TRACE)
+    out = tmp_path / "cal.yaml"
+    monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
+    monkeypatch.setenv("SMARTCACHE_DATA_DIR", str(tmp_path / "data"))
+    assert main(["calibrate", str(traces), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "held-out check (2-fold by conversation" in printed and "0 false" in printed
+    policy = load_policy(out)
+    assert policy.embedding_model == load_settings(environ={}).embedding_model
+    assert policy.intents["general"].accept >= 0.8
