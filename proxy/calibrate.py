@@ -19,6 +19,7 @@ from proxy.replay import Row
 Z95 = 1.6449  # one-sided 95 %
 MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself is not trusted
 CANDIDATE_BAND = 0.05
+RESTATEMENT = "restatement"  # the decision's reason for a hit by rule (proxy.decision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,8 @@ def calibrate(rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80,
     by_intent: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_intent[r.intent].append(r)
+    # restatements are served by rule, not by score: they take no part in choosing thresholds
+    rows = [r for r in rows if r.reason != RESTATEMENT]
     pooled = [r for r in rows if r.nets_ok and r.score is not None]
     pooled_t, _ = _threshold(pooled, target, floor) if pooled else (0.99, "")
     out = {}
@@ -130,7 +133,7 @@ def held_out(rows: Sequence[Row], *, folds: int = 2, target: float = 1e-3, floor
             if not r.nets_ok or r.score is None:
                 continue
             cal = chosen.get(r.intent)
-            if r.score >= (cal.accept if cal else unseen):
+            if r.reason == RESTATEMENT or r.score >= (cal.accept if cal else unseen):
                 bad = _is_false(r)
                 hits, false = hits + 1, false + bad
                 per[r.intent][0] += 1

@@ -18,7 +18,7 @@ from enum import StrEnum
 from proxy.change import ChangeKind, detect_change
 from proxy.lexical import context_dependent, reordered, text_similarity
 from proxy.policy import IntentPolicy
-from proxy.signer import Signature
+from proxy.signer import Signature, fold_space
 from proxy.store import Record
 from proxy.tagger import Entities, entities_conflict
 from proxy.validator import KeyFacts, extract_constraints, validate_answer
@@ -85,8 +85,9 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[C
     return out
 
 
-def lexical_guard(sig: Signature, cand: Candidate) -> str | None:
-    """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.lexical)."""
+def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) -> str | None:
+    """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.lexical). A
+    restatement was matched on the conversation's own words, so the reply it follows is moot."""
     tags = cand.record.coarse_tags
     if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
@@ -94,7 +95,7 @@ def lexical_guard(sig: Signature, cand: Candidate) -> str | None:
     question = str(tags.get("question", ""))
     if question and question != sig.current_text and reordered(sig.current_text, question):
         return "reordered_words"
-    if context_dependent(sig.current_text) and text_similarity(
+    if not restated and context_dependent(sig.current_text) and text_similarity(
         sig.previous_reply, str(tags.get("previous_reply", ""))
     ) < CONTEXT_REPLY_SIMILARITY:
         return "context_differs"
@@ -107,9 +108,16 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
     if not survivors:
         reason = f"filtered:{ranked[0][1]}" if ranked else "no_candidate"
         return Decision(Status.MISS, reason, score=ranked[0][0].score if ranked else None)
-    best = survivors[0]
+    # A spelled-out restatement of the previous, elliptical turn is that turn's request: its words
+    # show it where the vectors cannot ("San Mateo." vs the full question). The record must hold
+    # the very answer the user saw to that turn: a derived session id can join two conversations
+    # that opened alike. The score zones are for judging by similarity; every other net still runs.
+    restated = next((c for c in survivors if c.same_session and c.turn_gap == 1
+                     and fold_space(c.record.answer_text) == sig.restated_answer), None) \
+        if sig.restates_previous and policy.restatement else None
+    best = restated or survivors[0]
     record, score = best.record, best.score
-    if score < policy.candidate:
+    if restated is None and score < policy.candidate:
         return Decision(Status.MISS, "below_candidate", record, score)
     verdict = detect_change(
         sig.current_text,
@@ -122,10 +130,10 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
         return Decision(Status.MISS, "new_topic", record, score, signals=verdict.signals)
     if verdict.kind is ChangeKind.MODIFIES_CONTEXT:
         return Decision(Status.HALF_HIT, "modifies_context", record, score, signals=verdict.signals)
-    guard = lexical_guard(sig, best)
+    guard = lexical_guard(sig, best, restated=restated is not None)
     if guard:
         return Decision(Status.HALF_HIT, guard, record, score, signals=verdict.signals)
-    if score < policy.accept:
+    if restated is None and score < policy.accept:
         # The seed serves a no-change candidate here; our change detector finds under half of the
         # modifications on held-out data (benchmarks/bench_change.py), so this zone only reuses
         # the context upstream (KV prefix) and never serves the old answer.
@@ -137,4 +145,4 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
     )
     if not checked.ok:
         return Decision(Status.MISS, "validation_failed", record, score, failed_checks=checked.failures)
-    return Decision(Status.HIT, "accept", record, score, signals=verdict.signals)
+    return Decision(Status.HIT, "restatement" if restated else "accept", record, score, signals=verdict.signals)

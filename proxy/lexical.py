@@ -6,6 +6,9 @@
 - *Context-dependent turns*: "Yes, please." or "what about their address?" mean what the last
   assistant message makes them mean; such a turn may reuse an answer only if that message is
   (nearly) the same.
+- *Restatements*: "San Mateo." after "what will the temperature be next week?", then "What will
+  the temperature be next week in San Mateo?" asks the elliptical turn again, spelled out. Its
+  question vector is far from "San Mateo." though the request is the same; the words show it.
 """
 
 from __future__ import annotations
@@ -83,6 +86,52 @@ def context_dependent(text: str, segmenter: Segmenter | None = None) -> bool:
         return len(_CJK.findall(lowered)) <= SHORT_CJK_CHARS
     words = _EN_WORD.findall(lowered)
     return len(words) <= SHORT_EN_WORDS or any(w in _ANAPHORA_EN for w in words)
+
+
+_SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
+
+
+def statements(text: str) -> str:
+    """A reply's sentences that state something. Its questions ("Would you like the north part
+    instead?") offer options the user may not have taken, so their words settle nothing."""
+    return " ".join(s.strip() for s in _SENTENCE.findall(text) if not s.rstrip().endswith(("?", "？")))
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _token_set(text: str, segmenter: Segmenter | None) -> set[str]:
+    return {_stem(w) for w in tokens(text, segmenter)}
+
+
+def restates(previous: str, current: str, context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
+    """``current`` spells out the elliptical ``previous`` turn: it keeps every content word of it and
+    adds only words the conversation already holds (``context``: earlier user turns and the stated
+    facts of the replies around ``previous``). Anything new (another city, a negation, "instead")
+    makes it another request."""
+    if not context_dependent(previous, segmenter):
+        return False
+    # "there", "它": the pointers a restatement replaces with what they point to
+    before = {w for w in _token_set(previous, segmenter) if w not in _ANAPHORA_EN and w not in _ANAPHORA_ZH}
+    now = _token_set(current, segmenter)
+    added = now - before
+    if not before or not added or not before <= now:
+        return False
+    known: set[str] = set()
+    for text in context:
+        known |= _token_set(text, segmenter)
+    lowered = [t.lower() for t in context]
+    return all(w in known or _in_chinese_text(w, lowered) for w in added)
+
+
+_NEGATION_ZH = ("不", "没", "别", "无", "非", "未", "勿", "莫")
+
+
+def _in_chinese_text(word: str, texts: Sequence[str]) -> bool:
+    """Chinese words are matched inside the text: jieba cuts "查一下去上海" and "查一下明天去上海"
+    differently, and the word is there all the same. A negation is never taken as known."""
+    return bool(_CJK.search(word)) and not any(n in word for n in _NEGATION_ZH) and any(word in t for t in texts)
 
 
 def _trigrams(text: str) -> set[str]:

@@ -31,11 +31,11 @@ GENERAL = "general"
 _INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # Keys the defaults block must spell out: the safety posture of a policy is never implicit.
 _REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "half_hit", "validate", "ttl", "scope")
-_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm")
+_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm", "restatement")
 _INTENT_ONLY = ("exemplars", "keywords", "force")
 _BUILTIN: Mapping[str, Any] = MappingProxyType(
-    {"global_safe": False, "feedback_floor": 0.0, "prewarm": False, "exemplars": (), "keywords": (),
-     "force": False}
+    {"global_safe": False, "feedback_floor": 0.0, "prewarm": False, "restatement": False, "exemplars": (),
+     "keywords": (), "force": False}
 )
 class PolicyError(ValueError):
     """A policy file that cannot be used; says where and how to fix it."""
@@ -62,6 +62,8 @@ class IntentPolicy:
     global_safe: bool
     feedback_floor: float
     prewarm: bool
+    # serve the previous turn's answer to its spelled-out restatement (proxy.decision); off by default
+    restatement: bool
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
@@ -327,6 +329,7 @@ _CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
     {"cache": _as_bool, "accept": _as_unit, "candidate": _as_unit, "direct_hit": _as_bool,
      "half_hit": _HALF_HIT, "validate": _as_checks, "ttl": _as_positive_int, "scope": _SCOPE,
      "widen_to": _SCOPE, "global_safe": _as_bool, "feedback_floor": _as_unit, "prewarm": _as_bool,
+     "restatement": _as_bool,
      "exemplars": _as_texts, "keywords": _as_texts, "force": _as_bool, "min_similarity": _as_unit,
      "margin": _as_unit, "followup_max_chars": _as_positive_int, "topic_switch_similarity": _as_unit}
 )

@@ -19,7 +19,7 @@ import orjson
 
 from proxy.embedder import BatchingEmbedder
 from proxy.intent import GENERAL, IntentClassifier, IntentGuess
-from proxy.lexical import canonical_formula
+from proxy.lexical import canonical_formula, restates, statements
 from proxy.normalize import normalize_text, system_prompt_version
 from proxy.openai_body import ChatRequest, Message
 from proxy.tagger import (
@@ -84,6 +84,13 @@ class Signature:
     view_text: str
     previous_reply: str = ""  # the last assistant message before this turn, normalised and cut
     turn_index: int = 1  # user turns so far, this one included
+    # set when this turn spells out the previous, elliptical user turn (lexical.restates): the
+    # answer the user saw to that turn, whitespace-folded, which names the record it restates
+    restated_answer: str = ""
+
+    @property
+    def restates_previous(self) -> bool:
+        return bool(self.restated_answer)
 
     def record_tags(self) -> dict[str, Any]:
         """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
@@ -98,6 +105,10 @@ class SignerSettings:
     assistant_turn_chars: int = 160
     topic_window: int = 3
     cache_size: int = 20_000
+
+
+def fold_space(text: str) -> str:
+    return " ".join(text.split())
 
 
 def request_hash(request: ChatRequest) -> str:
@@ -197,7 +208,22 @@ class ContextSigner:
             view_text=view,
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
+            restated_answer=self._restated_answer(history, current),
         )
+
+    def _restated_answer(self, history: Sequence[Message], current: str) -> str:
+        users = [i for i, m in enumerate(history) if m.role == "user"]
+        if not users:
+            return ""
+        at = users[-1]
+        context = [self.normalize(history[i].text) for i in users[:-1]]
+        # the stated facts of the reply the previous turn answered, and of the reply to it
+        before = next((m for m in reversed(history[:at]) if m.role == "assistant"), None)
+        after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
+        if after is None:
+            return ""
+        context += [statements(self.normalize(m.text)) for m in (before, after) if m is not None]
+        return fold_space(after.text) if restates(self.normalize(history[at].text), current, context) else ""
 
     def _previous_reply(self, history: Sequence[Message]) -> str:
         for m in reversed(history):

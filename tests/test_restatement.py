@@ -1,0 +1,129 @@
+"""Restatements: a spelled-out question right after its elliptical version is the same request
+(proxy.lexical.restates), served by the previous turn's answer; anything new makes it another."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.decision import Candidate, Status, decide
+from proxy.embedding_backends import SyncEmbedder
+from proxy.lexical import restates, statements
+from proxy.metrics import Metrics
+from proxy.parts import Parts, open_parts
+from proxy.settings import DEFAULT_POLICY, load_settings
+from tests.conftest import ProxyFactory, Upstream
+from tests.test_context_cases import record_of, sign
+from tests.test_e2e_core import chat
+
+OSLO = ["how cold will it get in Oslo", "Tomorrow Oslo drops to -8C at night."]
+PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf at 12 Birch Road."]
+
+
+@pytest.mark.parametrize(("previous", "current", "context", "expected"), [
+    # the elliptical turn, spelled out with words of the earlier user turn
+    ("Tomorrow.", "How cold will it get in Oslo tomorrow?", OSLO, True),
+    ("Friday at 9am.", "Book the dentist appointment for Friday at 9am.",
+     ["I need to book a dentist appointment"], True),
+    # pointers replaced by what the stated reply named
+    ("How long does it take to get there?", "How long does it take to get to Greenleaf pharmacy at 12 Birch Road?",
+     PHARMACY, True),
+    ("明天上午。", "帮我查一下明天上午去上海的高铁", ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"], True),
+    # something new: another city, a negation, another time
+    ("Tomorrow.", "How cold will it get in Bergen tomorrow?", OSLO, False),
+    ("Tomorrow.", "How cold will it not get in Oslo tomorrow?", OSLO, False),
+    ("明天上午。", "帮我查一下明天下午去上海的高铁", ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"], False),
+    # words only an offer held: the user may not have taken it
+    ("What about Chinese?", "What about Chinese food in the north part of town?",
+     ["I want Italian food in the south part of town", statements("None in the south. Would you like the north?")],
+     False),
+    # the previous turn stood on its own: a longer question narrows it
+    ("What is the best way to learn the Rust programming language quickly",
+     "What is the best way to learn the Rust programming language quickly for work",
+     ["I use Rust at work"], False),
+    # the previous turn's own words dropped, or nothing added: not a restatement
+    ("Tomorrow.", "How cold will it get in Oslo?", OSLO, False),
+    ("Tomorrow.", "tomorrow", OSLO, False),
+])
+def test_restates(previous: str, current: str, context: list[str], expected: bool) -> None:
+    assert restates(previous, current, context) is expected
+
+
+def test_statements_keep_what_a_reply_states_and_drop_its_offers() -> None:
+    text = "There is none in the south. Would you like the north? It opens at 9. 要不要换成北边？好的。"
+    assert statements(text) == "There is none in the south. It opens at 9. 好的。"
+
+
+@pytest.fixture
+async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
+    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home,
+                                                    "upstream": "http://127.0.0.1:9/v1"})
+    async with open_parts(settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(),
+                          backend=sync_embedder) as p:
+        yield p
+
+
+ASK = "I need a packing list for a ski trip"
+WHEN = "How many days will you stay?"
+SLOT = "Five days."
+BOOKED = "For 5 days pack two base layers, goggles and a helmet."
+RESTATED = "I need a packing list for a five day ski trip"
+
+
+async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(parts: Parts) -> None:
+    cached = await sign(parts, ASK, WHEN, SLOT)
+    request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED)
+    assert request.restates_previous and not cached.restates_previous
+    q_sim = float(cached.question_vector @ request.question_vector)
+    shipped = parts.policy_box.policy.for_intent(request.tags.intent)
+    assert q_sim < shipped.candidate  # by similarity alone it would be a miss
+    record = record_of(cached, BOOKED)
+    gap1 = Candidate(record, float(cached.vector @ request.vector), q_sim, same_session=True, turn_gap=1)
+    assert not shipped.restatement and decide([gap1], request, shipped).status is not Status.HIT  # opt-in
+    policy = dataclasses.replace(shipped, restatement=True)
+    d = decide([gap1], request, policy)
+    assert (d.status, d.reason) == (Status.HIT, "restatement") and d.record is record
+    # the same turn two turns later, or from another session, is judged by similarity as before;
+    # so is a record of that turn with another answer than the one the user saw (a conversation
+    # that opened alike under the same derived session id)
+    twin = record_of(cached, "For 5 days pack a swimsuit and sunscreen.")
+    for other in (Candidate(record, gap1.view_similarity, q_sim, same_session=True, turn_gap=2),
+                  Candidate(record, gap1.view_similarity, q_sim),
+                  Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1)):
+        assert decide([other], request, policy).status is not Status.HIT
+    d = decide([Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1), gap1], request, policy)
+    assert d.record is record and d.reason == "restatement"
+
+
+async def test_a_restatement_with_something_new_is_not_flagged(parts: Parts) -> None:
+    request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED + " to Norway")
+    assert not request.restates_previous
+
+
+async def test_restatement_is_served_through_the_proxy_where_the_policy_allows_it(
+        make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    data["defaults"]["restatement"] = True
+    policy = tmp_path / "restate.yaml"
+    policy.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    proxy = await make_proxy(policy=policy)
+    client = proxy.client(**{"x-smartcache-session": "ski"})
+    history = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": ASK}]
+    status, when, _ = await chat(client, history)
+    assert status == "miss"
+    history += [{"role": "assistant", "content": when}, {"role": "user", "content": SLOT}]
+    status, booked, _ = await chat(client, history)
+    assert status == "miss"
+    history += [{"role": "assistant", "content": booked},
+                {"role": "user", "content": RESTATED}]
+    status, again, _ = await chat(client, history)
+    assert (status, again) == ("hit", booked)
+    assert len(upstream.script.calls) == 2
+    # a new detail is a new request
+    history[-1] = {"role": "user", "content": RESTATED + " to Norway"}
+    status, _, _ = await chat(client, history)
+    assert status != "hit" and len(upstream.script.calls) == 3
