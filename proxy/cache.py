@@ -121,8 +121,11 @@ class SemanticCache:
         self._index_lock = asyncio.Lock()
         self._rebuild: _Rebuild | None = None
 
-    async def load(self) -> int:
-        """Rebuild the index from SQLite, the source of truth: at start, and to compact it.
+    async def load(self, *, snapshot: HnswIndex | None = None) -> int:
+        """Rebuild the index from SQLite, the source of truth: at start, and to compact it. At start
+        a ``snapshot`` of the graph (saved at the last shutdown) can stand in for the rebuild: it is
+        brought level with SQLite, adding what was written and dropping what died since, so even
+        a stale one from before a crash serves exactly the live records.
 
         Requests go on meanwhile against the old graph; writes and deletes that land during the
         rebuild are logged and replayed onto the new one, so none is lost and none comes back."""
@@ -133,12 +136,17 @@ class SemanticCache:
             pools = Pools()
             labels: list[int] = []
             vectors = bytearray()  # one buffer, not a bytes object per record: less to free and fragment
-            async for label, vector, answer_bytes, *fields in self.store.iter_index_rows():
+            async for label, vector, answer_bytes, *fields in self.store.iter_index_rows(vectors=snapshot is None):
                 labels.append(label)
-                vectors += vector
+                if vector is not None:
+                    vectors += vector
                 pools.add(label, IndexKey.interned(answer_bytes, *fields))
-            matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
-            await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
+            if snapshot is None:
+                matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
+                await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
+            else:
+                await self._level(snapshot, labels)
+                self.index = snapshot
             self.pools = pools
             for label, vector, key in log.added:
                 if label not in log.forgotten:
@@ -148,6 +156,17 @@ class SemanticCache:
         finally:
             self._rebuild = None
         return len(labels)
+
+    async def _level(self, snapshot: HnswIndex, live: list[int]) -> None:
+        """Labels are never reused and a record's vector never changes, so the difference of the
+        label sets is all that can be stale."""
+        have = snapshot.labels()
+        wanted = set(live)
+        await asyncio.to_thread(snapshot.delete, have - wanted)
+        rows = await self.store.vectors_of(sorted(wanted - have))
+        if rows:
+            matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), snapshot.dim)
+            await asyncio.to_thread(snapshot.add, [lab for lab, _ in rows], matrix)
 
     @property
     def keys(self) -> dict[int, IndexKey]:

@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
 
 from proxy.cache import SemanticCache
 from proxy.chat import ChatService, HitJudge, PolicyBox
@@ -24,6 +27,8 @@ from proxy.store import SqliteStore
 from proxy.upstream import Upstream
 from proxy.vector_index import HnswIndex
 
+log = structlog.get_logger("smartcache")
+
 NOWHERE = "http://127.0.0.1:9/v1"  # for offline users of the parts (replay, warm): never called
 
 
@@ -37,6 +42,22 @@ class Parts:
     judge: HitJudge
     chat: ChatService
     loaded: int
+
+
+def _snapshot(path: Path, dim: int, stamp: str) -> HnswIndex | None:
+    try:
+        return HnswIndex.from_snapshot(path, dim=dim, stamp=stamp)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        # a damaged snapshot costs a rebuild from SQLite, never the start
+        log.warning("index.snapshot_unusable", path=str(path), error=str(exc))
+        return None
+
+
+async def _save_snapshot(index: HnswIndex, path: Path, stamp: str) -> None:
+    try:
+        await asyncio.to_thread(index.save, path, stamp=stamp)
+    except (OSError, RuntimeError) as exc:
+        log.warning("index.snapshot_not_saved", path=str(path), error=str(exc))
 
 
 def load_policy_for(s: Settings) -> Policy:
@@ -68,7 +89,9 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
     try:
         classifier = await IntentClassifier.build(policy, embedder)
         cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
-        loaded = await cache.load()
+        stamp = f"{s.embedding_model} dim={backend.dim} store={await store.store_id()}"
+        loaded = await cache.load(snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim,
+                                                                   stamp))
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         box = PolicyBox(policy, classifier)
@@ -82,6 +105,7 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
             coalescer=Coalescer() if s.coalesce else None, prewarmer=prewarmer, prewarm_all=s.prewarm,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded)
+        await _save_snapshot(cache.index, s.index_snapshot_path, stamp)
     finally:
         await prewarmer.close()  # its tasks use the upstream client: cancel them first
         await upstream.close()

@@ -83,6 +83,10 @@ class Settings:
     def db_path(self) -> Path:
         return self.data_dir / "cache.sqlite3"
 
+    @property
+    def index_snapshot_path(self) -> Path:
+        return self.data_dir / "index.hnsw"
+
     def replace(self, **changes: Any) -> Settings:
         return load_settings(base=self, overrides=changes, environ={}, source="arguments")
 

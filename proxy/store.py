@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,8 @@ class RecordStore(Protocol):
     async def session_last(self, tenant: str, session: str) -> SessionLast | None: ...
     async def select_labels(self, where: str, params: Sequence[Any]) -> list[tuple[int, str]]: ...
     def iter_live(self) -> AsyncIterator[Record]: ...
-    def iter_index_rows(self) -> AsyncIterator[tuple[Any, ...]]: ...
+    def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[tuple[Any, ...]]: ...
+    async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]: ...
     async def counts(self) -> list[tuple[str, str, str, int]]: ...
     async def close(self) -> None: ...
 
@@ -144,6 +146,18 @@ class SqliteStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+    async def store_id(self) -> str:
+        """A random id minted with the database: files derived from it (the index snapshot) name
+        it, so a database deleted and created afresh, whose labels restart at 1, never adopts them."""
+        async with self._db.execute("SELECT value FROM meta WHERE key = 'store_id'") as cur:
+            row = await cur.fetchone()
+        if row is not None:
+            return str(row[0])
+        minted = uuid.uuid4().hex
+        await self._db.execute("INSERT INTO meta (key, value) VALUES ('store_id', ?)", (minted,))
+        await self._db.commit()
+        return minted
 
     async def claim_embedding(self, model: str, dim: int) -> None:
         """Stamp an empty store with the embedding model, or refuse one stamped with another: vectors of
@@ -304,15 +318,27 @@ class SqliteStore:
                 for row in rows:
                     yield self._row(row, names)
 
-    async def iter_index_rows(self) -> AsyncIterator[tuple[Any, ...]]:
+    async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[tuple[Any, ...]]:
         """``INDEX_COLUMNS`` of every live record in label order: start-up and compaction read every
-        record, so they skip answers and tags (no JSON to parse, far less garbage)."""
+        record, so they skip answers and tags (no JSON to parse, far less garbage). Without
+        ``vectors`` the vector column is None (a start from an index snapshot needs none)."""
+        columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
         async with self._db.execute(
-            f"SELECT {', '.join(INDEX_COLUMNS)} FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
+            f"SELECT {', '.join(columns)} FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
         ) as cur:
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
                     yield tuple(row)
+
+    async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for start in range(0, len(labels), FETCH_BATCH):
+            chunk = list(labels[start : start + FETCH_BATCH])
+            marks = ", ".join("?" for _ in chunk)
+            async with self._db.execute(f"SELECT label, vector FROM records WHERE label IN ({marks}) ORDER BY label",
+                                        chunk) as cur:
+                out += [(int(a), bytes(b)) for a, b in await cur.fetchall()]
+        return out
 
     async def counts(self) -> list[tuple[str, str, str, int]]:
         async with self._db.execute(

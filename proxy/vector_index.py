@@ -3,13 +3,17 @@
 hnswlib is not safe for concurrent add and search, fails when it fills, and raises when a
 filtered query reaches fewer than ``k`` elements; this wrapper owns those three facts. Calls
 block, so the cache runs them in an executor. SQLite is the source of truth: the index is
-rebuilt from it at start and compacted when deletions pile up.
+compacted from it when deletions pile up, and at start it is either rebuilt from it or loaded
+from the snapshot written at the last shutdown and brought level with it (proxy.cache).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import hnswlib
@@ -50,6 +54,10 @@ class HnswIndex:
 
     def __len__(self) -> int:
         return len(self._live)
+
+    def labels(self) -> set[int]:
+        with self._lock:
+            return set(self._live)
 
     @property
     def deleted_fraction(self) -> float:
@@ -115,3 +123,37 @@ class HnswIndex:
             self._index = fresh
             self._live = {lab for lab, _ in pairs}
             self._deleted = 0
+
+    # --- snapshots -------------------------------------------------------------------------------
+
+    def save(self, path: Path, *, stamp: str) -> None:
+        """The graph, its live labels and what it was built from, each written beside and renamed
+        into place, so a crash mid-save leaves the previous snapshot or none, never half of one."""
+        graph, meta = path, Path(f"{path}.json")
+        tmp, meta_tmp = Path(f"{graph}.tmp"), Path(f"{meta}.tmp")
+        with self._lock:
+            self._index.save_index(str(tmp))
+            live = sorted(self._live)
+            info = {"stamp": stamp, "dim": self.dim, "deleted": self._deleted, "live": live,
+                    "m": self._m, "ef_construction": self._ef_construction}
+        meta_tmp.write_text(json.dumps(info), encoding="utf-8")
+        os.replace(tmp, graph)
+        os.replace(meta_tmp, meta)
+
+    @classmethod
+    def from_snapshot(cls, path: Path, *, dim: int, stamp: str, ef: int = 96) -> HnswIndex | None:
+        """The saved graph, or None when there is none or it was built for another model or shape."""
+        meta = Path(f"{path}.json")
+        if not path.is_file() or not meta.is_file():
+            return None
+        info = json.loads(meta.read_text(encoding="utf-8"))
+        if info.get("stamp") != stamp or info.get("dim") != dim:
+            return None
+        index = cls(dim, capacity=16, m=int(info["m"]), ef_construction=int(info["ef_construction"]), ef=ef)
+        graph = hnswlib.Index(space="cosine", dim=dim)
+        graph.load_index(str(path), allow_replace_deleted=False)
+        graph.set_ef(ef)
+        index._index = graph
+        index._live = {int(x) for x in info["live"]}
+        index._deleted = int(info["deleted"])
+        return index
