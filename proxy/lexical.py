@@ -105,24 +105,32 @@ def _token_set(text: str, segmenter: Segmenter | None) -> set[str]:
     return {_stem(w) for w in tokens(text, segmenter)}
 
 
+def spelled_out(previous: str, current: str, segmenter: Segmenter | None = None) -> set[str]:
+    """The words ``current`` adds to the elliptical ``previous`` turn while keeping every content
+    word of it; empty when it is no such spelling-out (then no context need be read)."""
+    if not context_dependent(previous, segmenter):
+        return set()
+    # "there", "它": the pointers a restatement replaces with what they point to
+    before = {w for w in _token_set(previous, segmenter) if w not in _ANAPHORA_EN and w not in _ANAPHORA_ZH}
+    now = _token_set(current, segmenter)
+    return now - before if before and before <= now else set()
+
+
+def all_known(words: set[str], context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
+    known: set[str] = set()
+    for text in context:
+        known |= _token_set(text, segmenter)
+    lowered = [t.lower() for t in context]
+    return all(w in known or _in_chinese_text(w, lowered) for w in words)
+
+
 def restates(previous: str, current: str, context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
     """``current`` spells out the elliptical ``previous`` turn: it keeps every content word of it and
     adds only words the conversation already holds (``context``: earlier user turns and the stated
     facts of the replies around ``previous``). Anything new (another city, a negation, "instead")
     makes it another request."""
-    if not context_dependent(previous, segmenter):
-        return False
-    # "there", "它": the pointers a restatement replaces with what they point to
-    before = {w for w in _token_set(previous, segmenter) if w not in _ANAPHORA_EN and w not in _ANAPHORA_ZH}
-    now = _token_set(current, segmenter)
-    added = now - before
-    if not before or not added or not before <= now:
-        return False
-    known: set[str] = set()
-    for text in context:
-        known |= _token_set(text, segmenter)
-    lowered = [t.lower() for t in context]
-    return all(w in known or _in_chinese_text(w, lowered) for w in added)
+    added = spelled_out(previous, current, segmenter)
+    return bool(added) and all_known(added, context, segmenter)
 
 
 _NEGATION_ZH = ("不", "没", "别", "无", "非", "未", "勿", "莫")

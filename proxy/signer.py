@@ -19,7 +19,7 @@ import orjson
 
 from proxy.embedder import BatchingEmbedder
 from proxy.intent import GENERAL, IntentClassifier, IntentGuess
-from proxy.lexical import canonical_formula, restates, statements
+from proxy.lexical import all_known, canonical_formula, spelled_out, statements
 from proxy.normalize import normalize_text, system_prompt_version
 from proxy.openai_body import ChatRequest, Message
 from proxy.tagger import (
@@ -208,22 +208,25 @@ class ContextSigner:
             view_text=view,
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
-            restated_answer=self._restated_answer(history, current),
+            restated_answer=self._restated_answer(history, current)
+            if self.classifier.policy.for_intent(guess.intent).restatement else "",
         )
 
     def _restated_answer(self, history: Sequence[Message], current: str) -> str:
+        """lexical.restates, reading the conversation only once the words make it possible."""
         users = [i for i, m in enumerate(history) if m.role == "user"]
         if not users:
             return ""
         at = users[-1]
+        after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
+        added = spelled_out(self.normalize(history[at].text), current) if after is not None else set()
+        if not added or after is None:
+            return ""
         context = [self.normalize(history[i].text) for i in users[:-1]]
         # the stated facts of the reply the previous turn answered, and of the reply to it
         before = next((m for m in reversed(history[:at]) if m.role == "assistant"), None)
-        after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
-        if after is None:
-            return ""
         context += [statements(self.normalize(m.text)) for m in (before, after) if m is not None]
-        return fold_space(after.text) if restates(self.normalize(history[at].text), current, context) else ""
+        return fold_space(after.text) if all_known(added, context) else ""
 
     def _previous_reply(self, history: Sequence[Message]) -> str:
         for m in reversed(history):

@@ -12,9 +12,11 @@ import yaml
 
 from proxy.decision import Candidate, Status, decide
 from proxy.embedding_backends import SyncEmbedder
+from proxy.intent import IntentClassifier
 from proxy.lexical import restates, statements
 from proxy.metrics import Metrics
 from proxy.parts import Parts, open_parts
+from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from tests.conftest import ProxyFactory, Upstream
 from tests.test_context_cases import record_of, sign
@@ -58,10 +60,19 @@ def test_statements_keep_what_a_reply_states_and_drop_its_offers() -> None:
     assert statements(text) == "There is none in the south. It opens at 9. 好的。"
 
 
+def restating_policy(tmp_path: Path) -> Path:
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    data["defaults"]["restatement"] = True
+    path = tmp_path / "restate.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
     settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home,
-                                                    "upstream": "http://127.0.0.1:9/v1"})
+                                                    "upstream": "http://127.0.0.1:9/v1",
+                                                    "policy": restating_policy(tmp_path)})
     async with open_parts(settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(),
                           backend=sync_embedder) as p:
         yield p
@@ -79,12 +90,12 @@ async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(
     request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED)
     assert request.restates_previous and not cached.restates_previous
     q_sim = float(cached.question_vector @ request.question_vector)
-    shipped = parts.policy_box.policy.for_intent(request.tags.intent)
-    assert q_sim < shipped.candidate  # by similarity alone it would be a miss
+    policy = parts.policy_box.policy.for_intent(request.tags.intent)
+    assert q_sim < policy.candidate  # by similarity alone it would be a miss
     record = record_of(cached, BOOKED)
     gap1 = Candidate(record, float(cached.vector @ request.vector), q_sim, same_session=True, turn_gap=1)
-    assert not shipped.restatement and decide([gap1], request, shipped).status is not Status.HIT  # opt-in
-    policy = dataclasses.replace(shipped, restatement=True)
+    off = dataclasses.replace(policy, restatement=False)
+    assert decide([gap1], request, off).status is not Status.HIT  # opt-in per intent
     d = decide([gap1], request, policy)
     assert (d.status, d.reason) == (Status.HIT, "restatement") and d.record is record
     # the same turn two turns later, or from another session, is judged by similarity as before;
@@ -99,6 +110,14 @@ async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(
     assert d.record is record and d.reason == "restatement"
 
 
+async def test_the_shipped_policy_leaves_restatements_alone(parts: Parts) -> None:
+    shipped = load_policy(DEFAULT_POLICY)
+    assert not any(p.restatement for p in shipped.intents.values())
+    parts.signer.classifier = await IntentClassifier.build(shipped, parts.embedder)
+    request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED)
+    assert not request.restates_previous
+
+
 async def test_a_restatement_with_something_new_is_not_flagged(parts: Parts) -> None:
     request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED + " to Norway")
     assert not request.restates_previous
@@ -106,11 +125,7 @@ async def test_a_restatement_with_something_new_is_not_flagged(parts: Parts) -> 
 
 async def test_restatement_is_served_through_the_proxy_where_the_policy_allows_it(
         make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path) -> None:
-    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
-    data["defaults"]["restatement"] = True
-    policy = tmp_path / "restate.yaml"
-    policy.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
-    proxy = await make_proxy(policy=policy)
+    proxy = await make_proxy(policy=restating_policy(tmp_path))
     client = proxy.client(**{"x-smartcache-session": "ski"})
     history = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": ASK}]
     status, when, _ = await chat(client, history)
