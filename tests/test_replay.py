@@ -146,6 +146,8 @@ def test_calibrate_command_writes_a_stamped_policy_and_a_held_out_check(
     out = tmp_path / "cal.yaml"
     monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
     monkeypatch.setenv("SMARTCACHE_DATA_DIR", str(tmp_path / "data"))
+    # the command configures the process's logging once, for good; the other tests capture logs
+    monkeypatch.setattr("proxy.cli.configure_logging", lambda level="info": None)
     assert main(["calibrate", str(traces), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "held-out check (2-fold by conversation" in printed and "0 false" in printed
