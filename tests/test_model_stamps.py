@@ -192,3 +192,16 @@ def test_an_installed_wheel_layout_finds_the_shipped_policies(tmp_path: Path) ->
     for line, model in zip(out, ("e5-small-multilingual", "use-multilingual"), strict=True):
         path, stamp = line.split()
         assert Path(path).is_relative_to(site / "proxy" / "policies") and stamp == model
+
+
+async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was_written_with(
+        tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    await store.insert(make_record(dim=384))  # written by a version that stamped nothing
+    with pytest.raises(StoreMismatch, match="an unrecorded model"):
+        await store.claim_embedding("use-multilingual", 512)
+    await store.claim_embedding("e5-small-multilingual", 384)  # the default of those versions
+    with pytest.raises(StoreMismatch, match="e5-small-multilingual dim=384"):
+        await store.claim_embedding("use-multilingual", 512)
+    await store.close()
