@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
+from proxy.decision import RESTATEMENT
 from proxy.replay import Row
 
 Z95 = 1.6449  # one-sided 95 %
 MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself is not trusted
 CANDIDATE_BAND = 0.05
-RESTATEMENT = "restatement"  # the decision's reason for a hit by rule (proxy.decision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,12 @@ def upper_bound(false: int, n: int) -> float:
     return min(1.0, (centre + spread) / (1 + Z95 * Z95 / n))
 
 
+def _scored(r: Row) -> bool:
+    """A candidate that passed the nets and was judged by its score. Restatements are served by
+    rule, not by score, so they take no part in choosing thresholds."""
+    return r.nets_ok and r.score is not None and r.reason != RESTATEMENT
+
+
 def _is_false(r: Row) -> bool:
     return r.expect_no_hit or not r.candidate_key_ok
 
@@ -73,13 +79,11 @@ def calibrate(rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80,
     by_intent: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_intent[r.intent].append(r)
-    # restatements are served by rule, not by score: they take no part in choosing thresholds
-    rows = [r for r in rows if r.reason != RESTATEMENT]
-    pooled = [r for r in rows if r.nets_ok and r.score is not None]
+    pooled = [r for r in rows if _scored(r)]
     pooled_t, _ = _threshold(pooled, target, floor) if pooled else (0.99, "")
     out = {}
     for intent, irows in sorted(by_intent.items()):
-        scored = [r for r in irows if r.nets_ok and r.score is not None]
+        scored = [r for r in irows if _scored(r)]
         t, note = _threshold(scored, target, floor)
         if len(scored) < min_samples:
             t, note = max(t, pooled_t), f"only {len(scored)} samples: no lower than the pooled threshold"

@@ -135,13 +135,13 @@ def _replay_settings(args: argparse.Namespace) -> Settings:
                                     "embedding_model": getattr(args, "embedding_model", None)})
 
 
-def _replay_rows(args: argparse.Namespace, *, shadow: bool) -> list[Any]:
+def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None) -> list[Any]:
     from rich.progress import Progress
 
     from proxy.replay import run_replay
 
     convs = _load_convs(args.traces)
-    settings = _replay_settings(args)
+    settings = settings or _replay_settings(args)
     with Progress(transient=True) as bar:
         task = bar.add_task("replay" if not shadow else "shadow replay", total=len(convs))
         return asyncio.run(run_replay(convs, settings=settings, shadow=shadow,
@@ -165,15 +165,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from proxy.report import print_calibration, print_held_out
 
     configure_logging("warning")
-    rows = _replay_rows(args, shadow=True)
+    settings = _replay_settings(args)
+    rows = _replay_rows(args, shadow=True, settings=settings)
     results = calibrate(rows, target=args.target_false_hit)
     print_calibration(results)
     print_held_out(held_out(rows, target=args.target_false_hit))
     if args.out:
-        settings = _replay_settings(args)
-        source = settings.policy_file
-        write_policy(source, args.out, results, traces=[str(p) for p in args.traces], target=args.target_false_hit,
-                     embedding_model=settings.embedding_model)
+        write_policy(settings.policy_file, args.out, results, traces=[str(p) for p in args.traces],
+                     target=args.target_false_hit, embedding_model=settings.embedding_model)
         print(f"wrote {args.out}")
     return 0
 

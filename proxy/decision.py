@@ -26,6 +26,7 @@ from proxy.validator import KeyFacts, extract_constraints, validate_answer
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
 # repeat right after it); once other turns come between, the whole-conversation key has changed.
 MAX_TURN_GAP = 1
+RESTATEMENT = "restatement"  # the reason of a hit served by rule, not by score
 CONTEXT_REPLY_SIMILARITY = 0.8  # trigram Jaccard of the assistant messages a dependent turn answers
 
 
@@ -108,13 +109,7 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
     if not survivors:
         reason = f"filtered:{ranked[0][1]}" if ranked else "no_candidate"
         return Decision(Status.MISS, reason, score=ranked[0][0].score if ranked else None)
-    # A spelled-out restatement of the previous, elliptical turn is that turn's request: its words
-    # show it where the vectors cannot ("San Mateo." vs the full question). The record must hold
-    # the very answer the user saw to that turn: a derived session id can join two conversations
-    # that opened alike. The score zones are for judging by similarity; every other net still runs.
-    restated = next((c for c in survivors if c.same_session and c.turn_gap == 1
-                     and fold_space(c.record.answer_text) == sig.restated_answer), None) \
-        if sig.restates_previous and policy.restatement else None
+    restated = _restated(survivors, sig, policy)
     best = restated or survivors[0]
     record, score = best.record, best.score
     if restated is None and score < policy.candidate:
@@ -145,4 +140,15 @@ def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy
     )
     if not checked.ok:
         return Decision(Status.MISS, "validation_failed", record, score, failed_checks=checked.failures)
-    return Decision(Status.HIT, "restatement" if restated else "accept", record, score, signals=verdict.signals)
+    return Decision(Status.HIT, RESTATEMENT if restated else "accept", record, score, signals=verdict.signals)
+
+
+def _restated(survivors: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> Candidate | None:
+    """A spelled-out restatement of the previous, elliptical turn is that turn's request: its words
+    show it where the vectors cannot ("San Mateo." vs the full question). The record must hold the
+    very answer the user saw to that turn: a derived session id can join two conversations that
+    opened alike. The score zones are for judging by similarity; every other net still runs."""
+    if not (policy.restatement and sig.restates_previous):
+        return None
+    return next((c for c in survivors if c.same_session and c.turn_gap == 1
+                 and fold_space(c.record.answer_text) == sig.restated_answer), None)

@@ -9,6 +9,7 @@ import pytest
 
 from proxy.calibrate import calibrate, fold_of, held_out, upper_bound, write_policy
 from proxy.datasets import Conversation, Turn
+from proxy.decision import RESTATEMENT
 from proxy.embedding_backends import SyncEmbedder
 from proxy.policy import load_policy
 from proxy.replay import Row, run_replay, summarize
@@ -78,6 +79,18 @@ def test_calibrate_meets_the_target_with_enough_clean_data() -> None:
     result = calibrate(rows, target=1e-3, floor=0.8, min_samples=5)["chitchat"]
     assert result.false_hits == 0 and result.fhr_upper <= 1e-3
     assert result.accept == pytest.approx(0.90, abs=0.001) and result.note == "meets target"
+
+
+def test_restatements_take_no_part_in_choosing_thresholds() -> None:
+    rows = [row("travel", 0.97 + (i % 3) / 100, True) for i in range(40)] + [row("travel", 0.90, False)]
+    plain = calibrate(rows, min_samples=5)["travel"]
+    # a restatement is served by rule at whatever score; a false one at 0.95 must not move travel's
+    # threshold, and its samples are the score-judged candidates only
+    restated = dataclasses.replace(row("travel", 0.95, False), reason=RESTATEMENT)
+    with_rule = calibrate([*rows, restated], min_samples=5)["travel"]
+    assert (with_rule.accept, with_rule.samples, with_rule.false_hits) == (plain.accept, 41, 0)
+    # the held-out check counts it as served, so a false restatement shows there
+    assert held_out([*rows, restated], min_samples=5).false_hits == 1
 
 
 def test_held_out_check_serves_each_fold_with_thresholds_it_did_not_shape() -> None:
