@@ -1,4 +1,4 @@
-# SmartCache image: the proxy, the embedded llama.cpp engine (python -m proxy.engine) and the
+# SmartCache image: the proxy, the embedded llama.cpp engine (python -m proxy.upstream.engine) and the
 # offline embedding pack, installed as scripts/install.sh installs them, minus the dev tools.
 # Used by docker-compose.yml for both the `smartcache` and the `llamacpp` services.
 

@@ -1,4 +1,4 @@
-"""Precision and recall of the change detector (proxy.change.detect_change) on labelled cases.
+"""Precision and recall of the change detector (proxy.decision.change.detect_change) on labelled cases.
 
 Each case is a candidate's conversation (the user turns its cached answer was written for) and
 the request's new user turn, labelled no_change / modifies_context / new_topic. The request's
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from proxy.change import ChangeKind, detect_change
-from proxy.tagger import extract_entities, keyword_intent, merge_entities
+from proxy.decision.change import ChangeKind, detect_change
+from proxy.text.tagger import extract_entities, keyword_intent, merge_entities
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 ROOT = Path(__file__).resolve().parent.parent

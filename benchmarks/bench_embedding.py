@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from proxy.embedder import BatchingEmbedder
-from proxy.embedding_backends import SyncEmbedder
-from proxy.embedding_packs import PACKS, install_pack, load_embedder
+from proxy.embedding.backends import SyncEmbedder
+from proxy.embedding.batching import BatchingEmbedder
+from proxy.embedding.packs import PACKS, install_pack, load_embedder
 
 DATA = Path(os.environ.get("SMARTCACHE_DATA", "/work/shared/data"))
 Pair = tuple[str, str, int]

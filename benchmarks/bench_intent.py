@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from proxy.metrics import Metrics
+from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
 from proxy.settings import load_settings
 

@@ -44,12 +44,12 @@ import httpx
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from proxy import keys
-from proxy.app import create_app
-from proxy.embedding_backends import SyncEmbedder
-from proxy.embedding_packs import load_embedder
-from proxy.engine import LocalEngine
+from proxy.embedding.backends import SyncEmbedder
+from proxy.embedding.packs import load_embedder
+from proxy.http import keys
+from proxy.http.app import create_app
 from proxy.settings import load_settings
+from proxy.upstream.engine import LocalEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ classifier settings; thresholds play no part in shadow rows), then:
   half. This is the number that says whether a pack's thresholds generalise.
 Latency per pack is in bench_proxy.py (hit path, miss overhead) and bench_embedding.py.
 
-    .venv/bin/python -m proxy.datasets /tmp/cal.jsonl --data-dir ../shared/data
+    .venv/bin/python -m proxy.tools.datasets /tmp/cal.jsonl --data-dir ../shared/data
     .venv/bin/python benchmarks/bench_pack_choice.py /tmp/cal.jsonl [--model-home DIR] [--packs P ...]
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from proxy.calibrate import calibrate, held_out
-from proxy.datasets import load_traces
-from proxy.log import configure_logging
-from proxy.replay import run_replay
+from proxy.observability.log import configure_logging
 from proxy.settings import load_settings
+from proxy.tools.calibrate import calibrate, held_out
+from proxy.tools.datasets import load_traces
+from proxy.tools.replay import run_replay
 
 
 async def main(traces: Path, model_home: Path | None, packs: list[str]) -> None:

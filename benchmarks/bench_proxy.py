@@ -24,9 +24,9 @@ from aiohttp.test_utils import TestServer
 from rich.console import Console
 from rich.table import Table
 
-from proxy.app import create_app
+from proxy.http.app import create_app
 from proxy.settings import load_settings
-from proxy.stats import parse_metrics
+from proxy.tools.stats import parse_metrics
 
 
 def upstream_app() -> web.Application:

@@ -35,12 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from proxy.cache import SemanticCache
-from proxy.chat import HitJudge
+from proxy.decision.validate import extract_key_facts
+from proxy.http.chat import HitJudge
 from proxy.lifecycle import Capacity, Lifecycle
-from proxy.metrics import Metrics
-from proxy.store import Record, SqliteStore
-from proxy.validator import extract_key_facts
-from proxy.vector_index import HnswIndex
+from proxy.observability.metrics import Metrics
+from proxy.storage.hnsw import HnswIndex
+from proxy.storage.sqlite import Record, SqliteStore
 
 PER = 100_000
 INTENTS = ("travel", "shopping", "code", "general", "chitchat", "doc_rewrite", "after_sales", "refund")

@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from proxy.decision import Candidate, Decision, Status, decide
+from proxy.decision.decide import Candidate, Decision, Status, decide
+from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.normalize import system_prompt_version
-from proxy.openai_body import ChatRequest
+from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
-from proxy.signer import Signature
-from proxy.store import Record, SessionLast, SqliteStore
-from proxy.validator import extract_key_facts
-from proxy.vector_index import HnswIndex
+from proxy.signing.signer import Signature
+from proxy.storage.hnsw import HnswIndex
+from proxy.storage.sqlite import Record, SessionLast, SqliteStore
+from proxy.text.normalize import system_prompt_version
 
 SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
 NEGATIVE_FEEDBACK = -0.6

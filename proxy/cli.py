@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.log import configure_logging
+from proxy.observability.log import configure_logging
 from proxy.settings import Settings, SettingsError, load_settings
 
 
@@ -36,8 +36,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 async def _serve(settings: Settings) -> None:
-    from proxy.admin import reload_policy
-    from proxy.app import create_app
+    from proxy.http.admin import reload_policy
+    from proxy.http.app import create_app
 
     app = create_app(settings)
     runner = web.AppRunner(app, access_log=None)
@@ -73,7 +73,7 @@ async def _serve(settings: Settings) -> None:
 
 
 def _upstream_key() -> Any:
-    from proxy.app import UPSTREAM_URL
+    from proxy.http.app import UPSTREAM_URL
 
     return UPSTREAM_URL
 
@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from proxy.embedding_packs import PackError, install_pack, list_packs
+    from proxy.embedding.packs import PackError, install_pack, list_packs
 
     data_dir = args.data_dir or load_settings().data_dir
     if args.action == "list":
@@ -125,7 +125,7 @@ def cmd_check_policy(args: argparse.Namespace) -> int:
 
 
 def _load_convs(paths: list[Path]) -> list[Any]:
-    from proxy.datasets import load_traces
+    from proxy.tools.datasets import load_traces
 
     return load_traces(paths)
 
@@ -138,7 +138,7 @@ def _replay_settings(args: argparse.Namespace) -> Settings:
 def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None) -> list[Any]:
     from rich.progress import Progress
 
-    from proxy.replay import run_replay
+    from proxy.tools.replay import run_replay
 
     convs = _load_convs(args.traces)
     settings = settings or _replay_settings(args)
@@ -149,7 +149,7 @@ def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings |
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from proxy.report import print_summary, write_report
+    from proxy.tools.report import print_summary, write_report
 
     configure_logging("warning")
     rows = _replay_rows(args, shadow=False)
@@ -161,8 +161,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from proxy.calibrate import calibrate, held_out, write_policy
-    from proxy.report import print_calibration, print_held_out
+    from proxy.tools.calibrate import calibrate, held_out, write_policy
+    from proxy.tools.report import print_calibration, print_held_out
 
     configure_logging("warning")
     settings = _replay_settings(args)
@@ -178,7 +178,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
-    from proxy.warm import warm
+    from proxy.tools.warm import warm
 
     configure_logging("warning")
     settings = settings_from(args)
@@ -190,7 +190,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     import httpx
 
-    from proxy.stats import fetch_snapshot, print_stats
+    from proxy.tools.stats import fetch_snapshot, print_stats
 
     try:
         snapshot = fetch_snapshot(args.url)
@@ -202,7 +202,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from proxy.demo import demo_settings, run_demo
+    from proxy.tools.demo import demo_settings, run_demo
 
     settings = demo_settings(load_settings(), port=args.port, data_dir=args.data_dir)
     configure_logging("warning")  # the table is the output; the canonical lines would bury it

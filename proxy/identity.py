@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.errors import InvalidRequest
-from proxy.openai_body import ChatRequest
+from proxy.openai.request import ChatRequest
 
 ANONYMOUS = "anonymous"
 SESSION_HEADER = "x-smartcache-session"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import structlog
 
 from proxy.cache import SemanticCache
-from proxy.chat import HitJudge
-from proxy.metrics import Metrics
+from proxy.http.chat import HitJudge
+from proxy.observability.metrics import Metrics
 
 log = structlog.get_logger("smartcache")
 HIT_WEIGHT_SECONDS = 3600.0  # each doubling of hits buys a record about an hour of coldness

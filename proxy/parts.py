@@ -12,20 +12,20 @@ from pathlib import Path
 import structlog
 
 from proxy.cache import SemanticCache
-from proxy.chat import ChatService, HitJudge, PolicyBox
-from proxy.coalesce import Coalescer
-from proxy.embedder import BatchingEmbedder
-from proxy.embedding_backends import SyncEmbedder
-from proxy.embedding_packs import load_embedder
-from proxy.intent import IntentClassifier
-from proxy.metrics import Metrics
+from proxy.embedding.backends import SyncEmbedder
+from proxy.embedding.batching import BatchingEmbedder
+from proxy.embedding.packs import load_embedder
+from proxy.http.chat import ChatService, HitJudge, PolicyBox
+from proxy.observability.metrics import Metrics
 from proxy.policy import Policy, check_embedding_model, load_policy
-from proxy.prewarm import Prewarmer
 from proxy.settings import DEFAULT_POLICY, Settings
-from proxy.signer import ContextSigner, SignerSettings
-from proxy.store import SqliteStore
-from proxy.upstream import Upstream
-from proxy.vector_index import HnswIndex
+from proxy.signing.intent import IntentClassifier
+from proxy.signing.signer import ContextSigner, SignerSettings
+from proxy.storage.hnsw import HnswIndex
+from proxy.storage.sqlite import SqliteStore
+from proxy.upstream.client import Upstream
+from proxy.upstream.coalesce import Coalescer
+from proxy.upstream.prewarm import Prewarmer
 
 log = structlog.get_logger("smartcache")
 

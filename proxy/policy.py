@@ -62,7 +62,7 @@ class IntentPolicy:
     global_safe: bool
     feedback_floor: float
     prewarm: bool
-    # serve the previous turn's answer to its spelled-out restatement (proxy.decision); off by default
+    # serve the previous turn's answer to its spelled-out restatement (proxy.decision.decide); off by default
     restatement: bool
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.app import create_app
-from proxy.embedding_backends import SyncEmbedder
-from proxy.embedding_packs import install_pack, load_embedder
+from proxy.embedding.backends import SyncEmbedder
+from proxy.embedding.packs import install_pack, load_embedder
+from proxy.http.app import create_app
 from proxy.settings import Settings, load_settings
 from tests.scripted_upstream import Script, scripted_app
 

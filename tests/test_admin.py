@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy import keys
+from proxy.http import keys
 from proxy.identity import tenant_of
 from tests.conftest import Proxy, ProxyFactory
 from tests.test_lifecycle import QUESTIONS, TOKEN, Clients, admin, ask, client, fill, live_records, record_with

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.change import ChangeKind, ChangeVerdict, change_instruction, detect_change
-from proxy.tagger import extract_entities, merge_entities
+from proxy.decision.change import ChangeKind, ChangeVerdict, change_instruction, detect_change
+from proxy.text.tagger import extract_entities, merge_entities
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 

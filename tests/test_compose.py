@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from proxy.cli import build_parser, settings_from
-from proxy.engine import _parse_args as engine_args
 from proxy.settings import Settings
+from proxy.upstream.engine import _parse_args as engine_args
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -132,7 +132,7 @@ def test_smartcache_command_parses_and_points_at_an_engine_service(env: dict[str
 
 def test_llamacpp_runs_our_engine_on_all_interfaces(compose: dict[str, Any]) -> None:
     command = argv(compose["services"]["llamacpp"])
-    assert command[:3] == ["python", "-m", "proxy.engine"]
+    assert command[:3] == ["python", "-m", "proxy.upstream.engine"]
     args = engine_args(command[3:])
     assert (args.host, args.port) == ("0.0.0.0", 8080)
     assert compose["services"]["llamacpp"]["image"] == compose["services"]["smartcache"]["image"]

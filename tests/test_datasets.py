@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.datasets import (
+from proxy.tools.datasets import (
     CONVERTERS,
     Conversation,
     TraceError,

@@ -17,8 +17,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from proxy.demo import MAX_TOKENS, SCRIPT, SYSTEM_PROMPT, DemoTurn, TurnResult, demo_settings, results_table
 from proxy.settings import load_settings
+from proxy.tools.demo import MAX_TOKENS, SCRIPT, SYSTEM_PROMPT, DemoTurn, TurnResult, demo_settings, results_table
 from tests.conftest import Proxy, Upstream
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.metrics import OUTCOMES, STAGES, STATUSES, TOKEN_KINDS, WRITE_OUTCOMES, Metrics
+from proxy.observability.metrics import OUTCOMES, STAGES, STATUSES, TOKEN_KINDS, WRITE_OUTCOMES, Metrics
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 NAME = re.compile(r"\bsmartcache[a-zA-Z0-9_:]*")
@@ -91,7 +91,7 @@ def check_expr(expr: str, series: dict[str, set[str]], recorded: dict[str, str])
             assert name in recorded, f"{expr!r} uses recording rule {name}, which rules.yml does not define"
             inputs |= labels_of(recorded[name], series, recorded)
         else:
-            assert name in series, f"{expr!r} uses {name}, which proxy.metrics does not expose"
+            assert name in series, f"{expr!r} uses {name}, which proxy.observability.metrics does not expose"
             inputs |= series[name]
     for name, matchers in SELECTOR.findall(expr):
         for label, op, value in MATCHER.findall(matchers):

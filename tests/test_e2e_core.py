@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy import keys
+from proxy.http import keys
 from tests.conftest import Proxy, ProxyFactory, Upstream
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.embedder import BatchingEmbedder
-from proxy.embedding_backends import Matrix, SyncEmbedder
+from proxy.embedding.backends import Matrix, SyncEmbedder
+from proxy.embedding.batching import BatchingEmbedder
 
 TEXTS = [
     "What is the tallest mountain in Europe?",
@@ -142,7 +142,7 @@ async def test_empty_input_needs_no_model_call(sync_embedder: SyncEmbedder) -> N
 
 @pytest.mark.parametrize("pack", ["e5-small-multilingual", "use-multilingual"])
 async def test_thread_count_setting_reaches_the_onnx_session(pack: str, model_home: Path) -> None:
-    from proxy.embedding_packs import install_pack
+    from proxy.embedding.packs import install_pack
     from proxy.parts import load_backend
     from proxy.settings import load_settings
 

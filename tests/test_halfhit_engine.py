@@ -22,9 +22,9 @@ import pytest_asyncio
 import yaml
 from structlog.testing import capture_logs
 
-from proxy import keys
-from proxy.engine import LocalEngine
+from proxy.http import keys
 from proxy.settings import DEFAULT_POLICY
+from proxy.upstream.engine import LocalEngine
 from tests.conftest import Proxy, ProxyFactory, Upstream
 
 Messages = list[dict[str, str]]

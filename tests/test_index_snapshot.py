@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy import keys
-from proxy.store import SqliteStore
-from proxy.vector_index import HnswIndex
+from proxy.http import keys
+from proxy.storage.hnsw import HnswIndex
+from proxy.storage.sqlite import SqliteStore
 from tests.conftest import ProxyFactory, Upstream
 from tests.test_e2e_core import ask, chat
 

@@ -24,12 +24,12 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
-from proxy import keys
-from proxy.app import create_app
-from proxy.embedding_backends import SyncEmbedder
+from proxy.embedding.backends import SyncEmbedder
+from proxy.http import keys
+from proxy.http.app import create_app
 from proxy.identity import tenant_of
-from proxy.normalize import system_prompt_version
 from proxy.settings import load_settings
+from proxy.text.normalize import system_prompt_version
 from tests.conftest import Proxy, Upstream
 from tests.scripted_upstream import Script, scripted_app
 from tests.test_lifecycle import write_policy

@@ -16,12 +16,12 @@ import openai
 import pytest
 import yaml
 
-from proxy import keys
-from proxy.app import LIFECYCLE
+from proxy.http import keys
+from proxy.http.app import LIFECYCLE
 from proxy.identity import tenant_of
 from proxy.lifecycle import Capacity
 from proxy.settings import DEFAULT_POLICY
-from proxy.store import Record
+from proxy.storage.sqlite import Record
 from tests.conftest import Proxy, ProxyFactory
 
 TOKEN = "admin-s3cret"

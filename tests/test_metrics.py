@@ -7,7 +7,7 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import RECORD_SCOPES, RECORD_STATES, STAGES, STATUSES, Metrics
+from proxy.observability.metrics import RECORD_SCOPES, RECORD_STATES, STAGES, STATUSES, Metrics
 
 ISSUE_9_METRICS = {
     "smartcache_requests": "counter",

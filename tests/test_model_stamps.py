@@ -11,15 +11,15 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestServer
 
-from proxy import keys
-from proxy.app import create_app
-from proxy.calibrate import Calibration, write_policy
-from proxy.embedding_packs import install_pack
-from proxy.metrics import Metrics
+from proxy.embedding.packs import install_pack
+from proxy.http import keys
+from proxy.http.app import create_app
+from proxy.observability.metrics import Metrics
 from proxy.parts import NOWHERE, load_policy_for, open_parts
 from proxy.policy import PolicyError, load_policy, parse_policy
 from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_policy
-from proxy.store import Record, SqliteStore, StoreMismatch
+from proxy.storage.sqlite import Record, SqliteStore, StoreMismatch
+from proxy.tools.calibrate import Calibration, write_policy
 from tests.conftest import Upstream
 from tests.test_e2e_core import ask, chat
 
@@ -124,7 +124,7 @@ async def test_store_is_stamped_and_refuses_another_model(tmp_path: Path) -> Non
 
 async def test_open_parts_refuses_a_cache_built_with_another_model(tmp_path: Path, model_home: Path,
                                                                    sync_embedder: object) -> None:
-    from proxy.embedding_backends import SyncEmbedder
+    from proxy.embedding.backends import SyncEmbedder
 
     assert isinstance(sync_embedder, SyncEmbedder)
     s = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})

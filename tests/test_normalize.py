@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.normalize import mask_volatile, normalize_text, system_prompt_version
+from proxy.text.normalize import mask_volatile, normalize_text, system_prompt_version
 
 
 @pytest.mark.parametrize(

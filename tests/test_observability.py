@@ -19,10 +19,10 @@ from aiohttp.test_utils import TestServer
 from rich.console import Console
 from structlog.testing import capture_logs
 
-from proxy.app import LIFECYCLE
 from proxy.cli import main as cli_main
-from proxy.metrics import STAGES
-from proxy.stats import Snapshot, fetch_snapshot, metrics_url, parse_metrics, print_stats
+from proxy.http.app import LIFECYCLE
+from proxy.observability.metrics import STAGES
+from proxy.tools.stats import Snapshot, fetch_snapshot, metrics_url, parse_metrics, print_stats
 from tests.conftest import Proxy, ProxyFactory
 from tests.scripted_upstream import Script, scripted_app
 

@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from proxy.errors import InvalidRequest
-from proxy.openai_body import (
+from proxy.openai.request import (
     completion_chunks,
     parse_cache_control,
     parse_chat_request,

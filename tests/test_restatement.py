@@ -1,5 +1,5 @@
 """Restatements: a spelled-out question right after its elliptical version is the same request
-(proxy.lexical.restates), served by the previous turn's answer; anything new makes it another."""
+(proxy.text.lexical.restates), served by the previous turn's answer; anything new makes it another."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.decision import Candidate, Status, decide
-from proxy.embedding_backends import SyncEmbedder
-from proxy.intent import IntentClassifier
-from proxy.lexical import restates, statements
-from proxy.metrics import Metrics
+from proxy.decision.decide import Candidate, Status, decide
+from proxy.embedding.backends import SyncEmbedder
+from proxy.observability.metrics import Metrics
 from proxy.parts import Parts, open_parts
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
+from proxy.signing.intent import IntentClassifier
+from proxy.text.lexical import restates, statements
 from tests.conftest import ProxyFactory, Upstream
 from tests.test_context_cases import record_of, sign
 from tests.test_e2e_core import chat

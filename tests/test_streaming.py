@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.streaming import StreamTee, answer_of_completion
+from proxy.openai.sse import StreamTee, answer_of_completion
 
 
 def ev(obj: object) -> bytes:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.normalize import Segmenter
-from proxy.tagger import (
+from proxy.text.normalize import Segmenter
+from proxy.text.tagger import (
     Entities,
     NumericConstraint,
     entities_conflict,

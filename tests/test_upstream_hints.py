@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.upstream_hints import (
+from proxy.upstream.hints import (
     FLAVOURS,
     SGLANG_ROUTING_HEADER,
     VLLM_SESSION_HEADER,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from proxy.validator import (
+from proxy.decision.validate import (
     Constraints,
     KeyFacts,
     extract_constraints,

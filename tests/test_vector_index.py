@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proxy.vector_index import HnswIndex
+from proxy.storage.hnsw import HnswIndex
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

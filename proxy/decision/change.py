@@ -1,0 +1,72 @@
+"""The second safety net (seed §3.2): does the current turn change what the candidate answered?
+
+A candidate in the half-hit zone is close to the request as a whole; what decides is whether
+the latest turn negates, adds, modifies or names constraints the candidate did not answer
+(``modifies_context``: the history is still useful, the answer is not), or leaves its topic
+(``new_topic``: a plain miss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from proxy.text.normalize import Segmenter
+from proxy.text.tagger import Entities, change_instruction, change_signals, entities_conflict
+
+__all__ = ["ChangeKind", "ChangeVerdict", "change_instruction", "detect_change", "new_entity_slots"]
+
+
+class ChangeKind(StrEnum):
+    NO_CHANGE = "no_change"
+    MODIFIES_CONTEXT = "modifies_context"
+    NEW_TOPIC = "new_topic"
+
+
+@dataclass(frozen=True)
+class ChangeVerdict:
+    kind: ChangeKind
+    signals: tuple[str, ...]  # why: "negation:不要", "conflict:budget", "new:places", "intent:a->b"
+
+
+def new_entity_slots(candidate: Entities, request: Entities) -> list[str]:
+    """Slots the request pins that the candidate's answer never saw (a new budget, another city)."""
+    slots = [
+        name
+        for name, cand, req in (
+            ("places", candidate.places, request.places),
+            ("products", candidate.products, request.products),
+            ("people", candidate.people, request.people),
+        )
+        if req - cand
+    ]
+    # "推荐一款" is as often an article as a constraint: a lone count of one is not news
+    fresh = {n.slot for n in request.numbers if not (n.slot == "count" and n.value == 1)}
+    return slots + sorted(fresh - candidate.slots())
+
+
+def detect_change(
+    current_turn: str,
+    *,
+    candidate_entities: Entities,
+    request_entities: Entities,
+    candidate_intent: str,
+    request_intent: str,
+    segmenter: Segmenter | None = None,
+) -> ChangeVerdict:
+    """Classify the current turn against a candidate's context.
+
+    Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
+    conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
+    """
+    phrases = change_signals(current_turn, segmenter=segmenter)
+    topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
+    if candidate_intent and request_intent and candidate_intent != request_intent:
+        return ChangeVerdict(ChangeKind.NEW_TOPIC, (f"intent:{candidate_intent}->{request_intent}", *topic))
+    if topic:
+        return ChangeVerdict(ChangeKind.NEW_TOPIC, topic)
+    conflicts = entities_conflict(candidate_entities, request_entities)
+    fresh = [s for s in new_entity_slots(candidate_entities, request_entities) if s not in conflicts]
+    signals = (*phrases, *(f"conflict:{slot}" for slot in conflicts), *(f"new:{slot}" for slot in fresh))
+    kind = ChangeKind.MODIFIES_CONTEXT if signals else ChangeKind.NO_CHANGE
+    return ChangeVerdict(kind, signals)

@@ -1,0 +1,243 @@
+"""The third safety net (seed §3.3): the key facts of a cached answer against the request.
+
+Key facts are extracted once, when an answer is written, and stored as JSON on its record;
+constraints come from the request's active user text at serve time. Checks are hard rules:
+a price above the budget, a date or place that differs, a list of 3 when 5 were asked fail.
+An answer that states nothing checkable passes: it has nothing to contradict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from proxy.text.normalize import Segmenter, default_segmenter, normalize_text
+from proxy.text.tagger import (
+    _PLACE_ALIASES,
+    Entities,
+    canonical_place,
+    extract_entities,
+    extract_numbers,
+    merge_entities,
+)
+
+ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
+
+_MONEY_SLOTS: Final = frozenset({"budget", "price"})
+_NUMBERED: Final = re.compile(
+    r"^(?P<indent>\s*)(?:[#>*_\s]*)(?:\d{1,2}[.)、:：]|\(\d{1,2}\)|（\d{1,2}）|[一二三四五六七八九十]{1,3}[、.])(?!\d)\s*\S"
+)
+_BULLET: Final = re.compile(r"^(?P<indent>\s*)[-*•·+]\s+\S")
+_ITEM_NUMBER: Final = re.compile(r"\d{1,2}|[一二三四五六七八九十]{1,3}")
+_DAY_HEADER: Final = re.compile(r"^[\s#>*_\-|]*(?:\d{1,2}[.)、]\s*)?(?:day\s?-?(\d{1,2})\b|第(\d{1,2})天|d(\d{1,2})\b)")
+_SENTENCE_END: Final = re.compile(r"[.!?](?:\s|$)|[。！？]")
+
+
+@dataclass(frozen=True)
+class KeyFacts:
+    """What an answer commits to; stored with the record as JSON."""
+
+    money: tuple[tuple[float, str], ...] = ()  # (amount, currency)
+    numbers_with_units: tuple[tuple[float, str], ...] = ()  # (1.2, "kg"), (3, "day")
+    dates: tuple[int, ...] = ()  # YYYYMMDD, or MMDD without a year
+    list_items: int = 0  # top-level items of the answer's main list
+    day_sections: int = 0  # highest "Day N" / "第N天" header of an itinerary
+    sentences: int = 0
+    paragraphs: int = 0
+    places: frozenset[str] = field(default_factory=frozenset)
+    products: frozenset[str] = field(default_factory=frozenset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "money": [list(m) for m in self.money],
+            "numbers_with_units": [list(n) for n in self.numbers_with_units],
+            "dates": list(self.dates),
+            "list_items": self.list_items,
+            "day_sections": self.day_sections,
+            "sentences": self.sentences,
+            "paragraphs": self.paragraphs,
+            "places": sorted(self.places),
+            "products": sorted(self.products),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KeyFacts:
+        """Tolerates missing keys, so records written by an older version still load."""
+        return cls(
+            money=tuple((float(v), str(c)) for v, c in data.get("money", ())),
+            numbers_with_units=tuple((float(v), str(u)) for v, u in data.get("numbers_with_units", ())),
+            dates=tuple(int(d) for d in data.get("dates", ())),
+            list_items=int(data.get("list_items", 0)),
+            day_sections=int(data.get("day_sections", 0)),
+            sentences=int(data.get("sentences", 0)),
+            paragraphs=int(data.get("paragraphs", 0)),
+            places=frozenset(data.get("places", ())),
+            products=frozenset(data.get("products", ())),
+        )
+
+
+def _list_items(lines: list[str]) -> int:
+    """Top-level items: numbered lines at the shallowest indent (their highest number when the
+    numbering is the list's own), else bullets at the shallowest indent."""
+    for pattern in (_NUMBERED, _BULLET):
+        matches = [m for m in map(pattern.match, lines) if m]
+        if not matches:
+            continue
+        top = min(len(m.group("indent").expandtabs(4)) for m in matches)
+        items = [m for m in matches if len(m.group("indent").expandtabs(4)) == top]
+        if pattern is _NUMBERED:
+            numbers = [_item_number(m.group()) for m in items]
+            if numbers[0] == 1 and numbers == sorted(numbers):
+                return max(numbers)
+        return len(items)
+    return 0
+
+
+def _item_number(line: str) -> int:
+    match = _ITEM_NUMBER.search(line)
+    assert match is not None
+    text = match.group()
+    if text.isdigit():
+        return int(text)
+    tens, _, ones = text.rpartition("十") if "十" in text else ("", "", text)
+    digits = "一二三四五六七八九"
+    value = (digits.index(tens) + 1 if tens else 1) * 10 if "十" in text else 0
+    return value + (digits.index(ones) + 1 if ones else 0)
+
+
+def _day_sections(norm_lines: list[str]) -> int:
+    days = [int(next(g for g in m.groups() if g)) for m in map(_DAY_HEADER.match, norm_lines) if m]
+    return max(days, default=0)
+
+
+def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -> KeyFacts:
+    seg = segmenter or default_segmenter()
+    lines = [line for line in answer_text.splitlines() if line.strip()]
+    norm_lines = [normalize_text(line, segmenter=seg) for line in lines]
+    money: list[tuple[float, str]] = []
+    units: list[tuple[float, str]] = []
+    dates: list[int] = []
+    for line in norm_lines:
+        for n in extract_numbers(line):
+            if n.slot in _MONEY_SLOTS:
+                money.append((n.value, n.unit))
+            elif n.slot == "date":
+                dates.append(int(n.value))
+            elif n.slot not in ("time", "weekday"):
+                units.append((n.value, n.unit))
+    entities = extract_entities("\n".join(norm_lines), segmenter=seg, normalized=True)
+    blocks = [b for b in re.split(r"\n\s*\n", answer_text.strip()) if b.strip()]
+    return KeyFacts(
+        money=tuple(dict.fromkeys(money)),
+        numbers_with_units=tuple(dict.fromkeys(units)),
+        dates=tuple(dict.fromkeys(dates)),
+        list_items=_list_items(lines),
+        day_sections=_day_sections(norm_lines),
+        sentences=len(_SENTENCE_END.findall(answer_text.strip() + "\n")),
+        paragraphs=len(blocks),
+        places=entities.places,
+        products=entities.products,
+    )
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What the request pins down, from its active user text."""
+
+    budget_max: float | None = None
+    budget_min: float | None = None
+    currency: str = ""
+    dates: tuple[int, ...] = ()
+    duration_days: float | None = None
+    count: int | None = None
+    count_unit: str = "item"
+    places: frozenset[str] = field(default_factory=frozenset)
+
+
+def _single(entities: Entities, slot: str) -> float | None:
+    values = {n.value for n in entities.values(slot)}
+    return values.pop() if len(values) == 1 else None
+
+
+def extract_constraints(request_text: str, *, segmenter: Segmenter | None = None) -> Constraints:
+    """Constraints of the user turns of a request, one turn per line; later lines override."""
+    seg = segmenter or default_segmenter()
+    turns = [extract_entities(line, segmenter=seg) for line in request_text.splitlines() if line.strip()]
+    active = merge_entities(turns[:-1], turns[-1]) if turns else Entities()
+    money = [n for n in active.numbers if n.slot in _MONEY_SLOTS]
+    ceilings = [n.value for n in money if n.op == "<="]
+    floors = [n.value for n in money if n.op == ">="]
+    counts = active.values("count")
+    count = _single(active, "count")
+    return Constraints(
+        budget_max=min(ceilings) if ceilings else None,
+        budget_min=max(floors) if floors else None,
+        currency=next((n.unit for n in money if n.unit), ""),
+        dates=tuple(int(n.value) for n in active.values("date")),
+        duration_days=_single(active, "duration_days"),
+        count=int(count) if count is not None else None,
+        count_unit=counts[0].unit if counts else "item",
+        places=active.places,
+    )
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    ok: bool
+    failures: tuple[str, ...] = ()
+
+
+def _check_budget(facts: KeyFacts, c: Constraints) -> list[str]:
+    amounts = [v for v, cur in facts.money if not (cur and c.currency and cur != c.currency)]
+    if not amounts:
+        return []
+    failures = []
+    if c.budget_max is not None and max(amounts) > c.budget_max:
+        failures.append(f"budget:{max(amounts):g}>{c.budget_max:g}")
+    if c.budget_min is not None and max(amounts) < c.budget_min:
+        failures.append(f"budget:{max(amounts):g}<{c.budget_min:g}")
+    return failures
+
+
+def _month_day(date: int) -> int:
+    return date % 10000
+
+
+def _check_dates(facts: KeyFacts, c: Constraints) -> list[str]:
+    failures = []
+    if c.dates and facts.dates and not {_month_day(d) for d in c.dates} & {_month_day(d) for d in facts.dates}:
+        failures.append(f"dates:{facts.dates[0]}!={c.dates[0]}")
+    if c.duration_days is not None and facts.day_sections and facts.day_sections != c.duration_days:
+        failures.append(f"duration:{facts.day_sections}!={c.duration_days:g}")
+    return failures
+
+
+def _check_counts(facts: KeyFacts, c: Constraints) -> list[str]:
+    if c.count is None or c.count < 2:
+        return []  # "推荐一款" answers often bullet the one item's merits
+    found = {"sentence": facts.sentences, "paragraph": facts.paragraphs}.get(c.count_unit, facts.list_items)
+    if c.count_unit in ("item", "sentence", "paragraph") and found and found != c.count:
+        return [f"count:{found}!={c.count}"]
+    return []
+
+
+def _check_entities(facts: KeyFacts, c: Constraints) -> list[str]:
+    # Only known cities, provinces and countries can contradict: an itinerary for 杭州 naturally
+    # names 西湖 and 灵隐寺 without repeating the city.
+    known = {p for p in facts.places if canonical_place(p) in _PLACE_ALIASES}
+    if c.places and known and not c.places & known:
+        return [f"places:{','.join(sorted(known))}"]
+    return []
+
+
+_CHECKS: Final = {"budget": _check_budget, "dates": _check_dates, "counts": _check_counts, "entities": _check_entities}
+
+
+def validate_answer(
+    facts: KeyFacts, constraints: Constraints, checks: Collection[str] = ALL_CHECKS
+) -> ValidationResult:
+    """Run the named checks ("budget", "dates" (with trip length), "counts", "entities")."""
+    failures = tuple(f for name in ALL_CHECKS if name in checks for f in _CHECKS[name](facts, constraints))
+    return ValidationResult(ok=not failures, failures=failures)

@@ -1,0 +1,1 @@
+"""Embedding models: backends, packs and the micro-batching front."""

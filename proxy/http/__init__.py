@@ -1,0 +1,1 @@
+"""The aiohttp edge: app assembly, keys, routes, the chat handler, admin, middlewares."""

@@ -1,0 +1,199 @@
+"""The admin API, behind ``Authorization: Bearer $SMARTCACHE_ADMIN_TOKEN``.
+
+With no token configured the routes answer 404, as if they did not exist. Invalidation is a
+dry run unless the body says ``"apply": true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from proxy.errors import InvalidRequest, NotFound, Unauthorized
+from proxy.http import keys
+from proxy.parts import load_policy_for
+from proxy.policy import PolicyError
+from proxy.signing.intent import IntentClassifier
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# invalidation selectors and the record columns they match; nothing else reaches SQL
+SELECTORS = {
+    "system_prompt_version": "system_prompt_version", "policy_version": "policy_version",
+    "intent": "intent", "tenant": "tenant", "session": "session", "context_fingerprint": "context_fingerprint",
+    "model": "model", "cache_id": "cache_id",
+}
+
+
+def guarded(handler: Handler) -> Handler:
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        token = request.app[keys.SETTINGS].admin_token
+        if not token:
+            raise NotFound(f"no route {request.method} {request.path}")
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise Unauthorized("admin routes need Authorization: Bearer <SMARTCACHE_ADMIN_TOKEN>")
+        return await handler(request)
+
+    return wrapper
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("body must be a JSON object")
+    return body
+
+
+async def stats(request: web.Request) -> web.Response:
+    cache = request.app[keys.CACHE]
+    by_state: dict[str, int] = {}
+    by_scope: dict[str, int] = {}
+    by_intent: dict[str, int] = {}
+    for state, scope, intent, n in await cache.store.counts():
+        by_state[state] = by_state.get(state, 0) + n
+        by_scope[scope] = by_scope.get(scope, 0) + n
+        by_intent[intent] = by_intent.get(intent, 0) + n
+    return web.json_response({
+        "records": {"by_state": by_state, "by_scope": by_scope, "by_intent": by_intent},
+        "index_size": len(cache.index), "index_deleted_fraction": round(cache.index.deleted_fraction, 4),
+        "answer_bytes": await cache.store.answer_bytes(),
+        "policy_version": request.app[keys.POLICY_BOX].policy.version,
+        "embedder_model_calls": request.app[keys.EMBEDDER].model_calls,
+    })
+
+
+async def list_records(request: web.Request) -> web.Response:
+    q = request.query
+    try:
+        limit = min(max(int(q.get("limit", "50")), 1), 1000)
+    except ValueError as exc:
+        raise InvalidRequest("limit must be an integer", param="limit") from exc
+    where, params = ["1 = 1"], []
+    for name in ("session", "intent", "state", "tenant"):
+        if q.get(name):
+            where.append(f"{name} = ?")
+            params.append(q[name])
+    rows = await request.app[keys.CACHE].store.select_labels(
+        " AND ".join(where) + " ORDER BY label DESC LIMIT ?", [*params, limit])
+    records = await request.app[keys.CACHE].store.get_many([lab for lab, _ in rows])
+    with_answer = q.get("include_answer") == "true"
+    out = []
+    for r in sorted(records, key=lambda r: -(r.label or 0)):
+        item = {k: getattr(r, k) for k in ("cache_id", "tenant", "user", "scope", "session", "intent", "state",
+                                           "model", "system_prompt_version", "policy_version", "created_at",
+                                           "expires_at", "hit_count", "feedback_score", "prompt_tokens",
+                                           "completion_tokens")}
+        item["coarse_tags"] = r.coarse_tags
+        if with_answer:
+            item["answer_text"] = r.answer_text
+        out.append(item)
+    return web.json_response({"records": out})
+
+
+async def delete_record(request: web.Request) -> web.Response:
+    cache = request.app[keys.CACHE]
+    record = await cache.store.get(request.match_info["cache_id"])
+    if record is None:
+        raise NotFound("no such record")
+    await cache.store.delete([record.cache_id])
+    if record.label is not None:
+        cache.forget([record.label])
+    return web.json_response({"deleted": record.cache_id})
+
+
+async def invalidate(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    unknown = set(body) - set(SELECTORS) - {"apply"}
+    if unknown:
+        raise InvalidRequest(f"unknown selector(s) {sorted(unknown)}; known: {sorted(SELECTORS)}")
+    chosen = {k: v for k, v in body.items() if k in SELECTORS}
+    if not chosen:
+        raise InvalidRequest(f"name at least one selector of {sorted(SELECTORS)}")
+    if any(not isinstance(v, str) for v in chosen.values()):
+        raise InvalidRequest("selector values must be strings")
+    where = " AND ".join(f"{SELECTORS[k]} = ?" for k in chosen) + " AND state IN ('pending', 'ready')"
+    cache = request.app[keys.CACHE]
+    rows = await cache.store.select_labels(where, list(chosen.values()))
+    applied = body.get("apply") is True
+    if applied and rows:
+        await cache.store.set_state([cid for _, cid in rows], "invalid")
+        cache.forget([lab for lab, _ in rows])
+    return web.json_response({"matched": len(rows), "applied": applied})
+
+
+async def reset_session(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    tenant = body.get("tenant")
+    if not isinstance(tenant, str):
+        raise InvalidRequest("body needs 'tenant' (the tenant id from /admin/records)", param="tenant")
+    n = await request.app[keys.CACHE].invalidate_session(tenant, request.match_info["session"])
+    return web.json_response({"invalidated": n})
+
+
+async def feedback(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    kind = body.get("feedback")
+    if kind not in ("positive", "negative", "regenerate"):
+        raise InvalidRequest("'feedback' must be positive, negative or regenerate", param="feedback")
+    chat = request.app[keys.CHAT]
+    cache_id = body.get("cache_id") or chat.responses.get(str(body.get("response_id", "")))
+    if not isinstance(cache_id, str) or not cache_id:
+        raise NotFound("no record for that cache_id or response_id")
+    cache = request.app[keys.CACHE]
+    if await cache.store.get(cache_id) is None:
+        raise NotFound("no record for that cache_id")
+    if kind == "positive":
+        await cache.reward(cache_id)
+    else:
+        await cache.penalise(cache_id)
+    updated = await cache.store.get(cache_id)
+    return web.json_response({"cache_id": cache_id, "state": updated.state if updated else None,
+                              "feedback_score": updated.feedback_score if updated else None})
+
+
+async def reload_policy(app: web.Application) -> dict[str, Any]:
+    """Load, build, then swap: a bad file leaves the running policy in force."""
+    settings = app[keys.SETTINGS]
+    box = app[keys.POLICY_BOX]
+    policy = await asyncio.to_thread(load_policy_for, settings)
+    classifier = await IntentClassifier.build(policy, app[keys.EMBEDDER])
+    old_version = box.policy.version
+    box.policy, box.classifier = policy, classifier
+    app[keys.SIGNER].classifier = classifier
+    invalidated = 0
+    if policy.version != old_version:
+        cache = app[keys.CACHE]
+        rows = await cache.store.select_labels("policy_version != ? AND state IN ('pending', 'ready')",
+                                               [policy.version])
+        await cache.store.set_state([cid for _, cid in rows], "invalid")
+        cache.forget([lab for lab, _ in rows])
+        invalidated = len(rows)
+    return {"version": policy.version, "previous": old_version, "invalidated": invalidated}
+
+
+async def reload_policy_route(request: web.Request) -> web.Response:
+    try:
+        result = await reload_policy(request.app)
+    except PolicyError as exc:
+        raise InvalidRequest(f"policy not reloaded, the running one stays: {exc}") from exc
+    return web.json_response(result)
+
+
+def add_admin_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/admin/stats", guarded(stats))
+    r.add_get("/admin/records", guarded(list_records))
+    r.add_delete("/admin/records/{cache_id}", guarded(delete_record))
+    r.add_post("/admin/invalidate", guarded(invalidate))
+    r.add_post("/admin/sessions/{session}/reset", guarded(reset_session))
+    r.add_post("/admin/feedback", guarded(feedback))
+    r.add_post("/admin/policy/reload", guarded(reload_policy_route))

@@ -1,0 +1,87 @@
+"""The aiohttp application factory. The app owns every part; each resource opens and closes in
+one cleanup context, so start-up and shutdown are written once, side by side."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from proxy.embedding.backends import SyncEmbedder
+from proxy.http import keys
+from proxy.http.admin import add_admin_routes
+from proxy.http.middlewares import error_middleware
+from proxy.http.routes import add_routes
+from proxy.lifecycle import Capacity, Lifecycle, running
+from proxy.observability.metrics import Metrics
+from proxy.parts import open_parts
+from proxy.settings import Settings
+from proxy.upstream.engine import LocalEngine
+
+log = structlog.get_logger("smartcache")
+UPSTREAM_URL = web.AppKey("upstream_url", str)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+BACKEND = web.AppKey("backend", SyncEmbedder)
+
+
+def tenant_salt(data_dir: Path) -> str:
+    """A per-installation salt, so a leaked database cannot be matched against known API keys."""
+    path = data_dir / "tenant_salt"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
+    if settings.upstream:
+        app[UPSTREAM_URL] = settings.upstream
+        yield
+        return
+    engine = LocalEngine(ctx_size=settings.engine_ctx, parallel=settings.engine_parallel,
+                         threads=settings.engine_threads or None,
+                         log_path=settings.data_dir / "engine.log")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with engine:
+        app[UPSTREAM_URL] = engine.base_url
+        log.info("engine.started", url=engine.base_url, model=engine.model_id)
+        yield
+
+
+async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
+    s = app[keys.SETTINGS]
+    app[keys.TENANT_SALT] = tenant_salt(s.data_dir)
+    async with open_parts(s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS],
+                          backend=app.get(BACKEND)) as parts:
+        app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
+        app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
+        app[keys.CHAT] = parts.chat
+        lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge,
+                              Capacity(s.max_records, s.max_answer_bytes))
+        app[LIFECYCLE] = lifecycle
+        log.info("cache.ready", records=parts.loaded, model=s.embedding_model, policy=str(s.policy_file),
+                 policy_version=parts.policy_box.policy.version, upstream=app[UPSTREAM_URL])
+        interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
+        async with running(lifecycle, interval):
+            yield
+
+
+def create_app(settings: Settings, *, backend: SyncEmbedder | None = None) -> web.Application:
+    """``backend``: an already loaded embedding model to share (tests, replay); default: load the
+    configured pack."""
+    # client_max_size is a backstop: routes.read_body enforces the configured limit with a clear error
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes + 1024)
+    app[keys.SETTINGS] = settings
+    app[keys.METRICS] = Metrics()
+    if backend is not None:
+        app[BACKEND] = backend
+    app.cleanup_ctx.append(_engine_ctx)
+    app.cleanup_ctx.append(_parts_ctx)
+    add_routes(app)
+    add_admin_routes(app)
+    return app

@@ -1,0 +1,24 @@
+"""Typed application keys: the app owns its parts, handlers reach them through these."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.cache import SemanticCache
+from proxy.embedding.batching import BatchingEmbedder
+from proxy.http.chat import ChatService, HitJudge, PolicyBox
+from proxy.observability.metrics import Metrics
+from proxy.settings import Settings
+from proxy.signing.signer import ContextSigner
+from proxy.upstream.client import Upstream
+
+SETTINGS = web.AppKey("settings", Settings)
+TENANT_SALT = web.AppKey("tenant_salt", str)
+METRICS = web.AppKey("metrics", Metrics)
+EMBEDDER = web.AppKey("embedder", BatchingEmbedder)
+CACHE = web.AppKey("cache", SemanticCache)
+SIGNER = web.AppKey("signer", ContextSigner)
+POLICY_BOX = web.AppKey("policy_box", PolicyBox)
+UPSTREAM = web.AppKey("upstream", Upstream)
+CHAT = web.AppKey("chat", ChatService)
+JUDGE = web.AppKey("judge", HitJudge)

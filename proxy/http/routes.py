@@ -1,0 +1,71 @@
+"""Thin HTTP handlers: read, parse, identify, hand over."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from proxy.errors import BodyTooLarge
+from proxy.http import keys
+from proxy.identity import identify
+from proxy.openai.request import parse_chat_request
+from proxy.upstream.client import forward_headers, response_headers
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    settings = app[keys.SETTINGS]
+    t = time.perf_counter()
+    raw = await read_body(request, settings.max_body_bytes)
+    chat_request = parse_chat_request(raw, cache_control=request.headers.get("Cache-Control"))
+    who = identify(request.headers, chat_request, salt=app[keys.TENANT_SALT])
+    app[keys.METRICS].observe_stage("parse", time.perf_counter() - t)
+    return await app[keys.CHAT].handle(request, chat_request, who)
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Every other /v1 route goes upstream untouched, streaming both ways."""
+    app = request.app
+    upstream = app[keys.UPSTREAM]
+    body = await read_body(request, app[keys.SETTINGS].max_body_bytes) if request.can_read_body else None
+    path = request.match_info["tail"]
+    async with upstream.open_stream(request.method, path, headers=forward_headers(request.headers),
+                                    content=body, params=list(request.query.items())) as resp:
+        response = web.StreamResponse(status=resp.status_code, headers={**response_headers(resp.headers),
+                                                                         "x-cache-status": "bypass"})
+        await response.prepare(request)
+        async for chunk in upstream.iter_bytes(resp):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    cache = request.app[keys.CACHE]
+    return web.json_response({"status": "ok", "records_indexed": len(cache.index),
+                              "policy_version": request.app[keys.POLICY_BOX].policy.version})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body, content_type = request.app[keys.METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,1 @@
+"""OpenAI wire format: request parsing, response and SSE builders, the SSE tee (pure)."""

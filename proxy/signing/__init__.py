@@ -1,0 +1,1 @@
+"""The context signer: intent, coarse tags, the encoding view and its vectors."""

@@ -1,0 +1,73 @@
+"""Intent classification: forcing keywords, then nearest policy exemplars with a margin.
+
+Exemplars are embedded once when a policy is loaded (with the cache's own embedder), so a
+request costs one matrix product here. Short follow-ups ("and the breakfast?") carry too
+little signal: they inherit the conversation's running intent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from proxy.embedding.batching import BatchingEmbedder
+from proxy.policy import Policy
+from proxy.text.tagger import keyword_intent
+
+GENERAL = "general"
+
+
+@dataclass(frozen=True, slots=True)
+class IntentGuess:
+    intent: str
+    similarity: float
+    forced: bool = False
+
+
+class IntentClassifier:
+    def __init__(self, policy: Policy, names: Sequence[str], matrix: np.ndarray) -> None:
+        self.policy = policy
+        self._names = list(names)
+        self._matrix = matrix
+        self._forcing = {n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords}
+        self._keywords = {n: p.keywords for n, p in policy.intents.items() if p.keywords}
+
+    @classmethod
+    async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
+        names = [n for n, p in policy.intents.items() for _ in p.exemplars]
+        texts = [e for p in policy.intents.values() for e in p.exemplars]
+        matrix = await embedder.embed(texts) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
+        return cls(policy, names, matrix)
+
+    def classify(self, text: str, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:
+        forced = keyword_intent(text, self._forcing)
+        if forced:
+            return IntentGuess(forced, 1.0, forced=True)
+        settings = self.policy.classifier
+        best, best_sim, second = self._nearest(vector)
+        if len(text.strip()) <= settings.followup_max_chars and running and running != GENERAL:
+            return IntentGuess(running, best_sim)
+        if best is None or best_sim < settings.min_similarity or best_sim - second < settings.margin:
+            by_keyword = keyword_intent(text, self._keywords)
+            if by_keyword:
+                return IntentGuess(by_keyword, best_sim)
+            return IntentGuess(running or GENERAL, best_sim)
+        return IntentGuess(best, best_sim)
+
+    def _nearest(self, vector: np.ndarray) -> tuple[str | None, float, float]:
+        """Best intent, best similarity, and the best similarity of any *other* intent."""
+        if not len(self._names):
+            return None, 0.0, 0.0
+        sims = self._matrix @ np.asarray(vector, dtype=np.float32)
+        per_intent: dict[str, float] = {}
+        for name, sim in zip(self._names, sims.tolist(), strict=True):
+            per_intent[name] = max(per_intent.get(name, -1.0), sim)
+        ranked = sorted(per_intent.items(), key=lambda kv: -kv[1])
+        best, best_sim = ranked[0]
+        second_sim = ranked[1][1] if len(ranked) > 1 else -1.0
+        return best, best_sim, second_sim
+
+    def exemplar_count(self) -> int:
+        return len(self._names)

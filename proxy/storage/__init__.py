@@ -1,0 +1,1 @@
+"""Where records live: the RecordStore protocol, SQLite, the HNSW index."""

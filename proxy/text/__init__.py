@@ -1,0 +1,1 @@
+"""Pure text functions: normalisation, numbers, entities, phrases, lexical guards."""

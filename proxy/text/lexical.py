@@ -1,0 +1,172 @@
+"""Lexical guards for the decision: what embeddings cannot see.
+
+- *Reordered words*: "A's father is B" and "B's father is A" embed almost identically (PAWS-X
+  pairs score AUC ~0.54 on every model we ship). When two questions share most words but in
+  another order, the cache cannot tell a paraphrase from a role swap, so it must not serve.
+- *Context-dependent turns*: "Yes, please." or "what about their address?" mean what the last
+  assistant message makes them mean; such a turn may reuse an answer only if that message is
+  (nearly) the same.
+- *Restatements*: "San Mateo." after "what will the temperature be next week?", then "What will
+  the temperature be next week in San Mateo?" asks the elliptical turn again, spelled out. Its
+  question vector is far from "San Mateo." though the request is the same; the words show it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from proxy.text.normalize import Segmenter, default_segmenter
+
+_EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_STOP = _words(
+    "a an the is are was were be to of in on at for and or do does did i you me my your it its this that "
+    "please can could would will what which who how why when where 的 了 吗 呢 吧 啊 是 我 你 请 一下"
+)
+_ANAPHORA_EN = _words(
+    "it its that this these those they them their there he she his her him one ones yes no ok okay sure "
+    "and also too else"
+)
+_ANAPHORA_ZH = ("它", "那个", "这个", "那家", "这家", "那些", "这些", "他们", "她们", "上面", "刚才", "前面",
+                "好的", "可以", "是的", "不用", "还有", "那就", "那么")
+# Short turns name too little to stand alone ("景点的周边有哪些酒店啊？" means the attraction under
+# discussion). 12 characters separate most CrossWOZ follow-ups; English turns of 4 words or fewer
+# ("Yes, please.", "I don't care.") or with pronouns depend on the last reply.
+SHORT_CJK_CHARS = 12
+SHORT_EN_WORDS = 4
+_FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
+
+
+def tokens(text: str, segmenter: Segmenter | None = None) -> list[str]:
+    """Content tokens in order: jieba words for Chinese, words for the rest."""
+    if _CJK.search(text):
+        words = (segmenter or default_segmenter()).words(text)
+        return [w for w in (w.strip().lower() for w in words) if w and w not in _STOP and (w.isalnum())]
+    return [w for w in _EN_WORD.findall(text.lower()) if w not in _STOP]
+
+
+def _discordant_fraction(order_a: Sequence[int], order_b: Sequence[int]) -> float:
+    pairs = discordant = 0
+    for i in range(len(order_a)):
+        for j in range(i + 1, len(order_a)):
+            pairs += 1
+            discordant += (order_a[i] - order_a[j]) * (order_b[i] - order_b[j]) < 0
+    return discordant / pairs if pairs else 0.0
+
+
+def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05,
+              segmenter: Segmenter | None = None) -> bool:
+    """True when the two texts share most content words but not in the same order."""
+    ta, tb = tokens(a, segmenter), tokens(b, segmenter)
+    if ta == tb or not ta or not tb:
+        return False
+    shared = [w for w in dict.fromkeys(ta) if w in tb]
+    if len(shared) < 3 or len(shared) / max(len(set(ta)), len(set(tb))) < overlap:
+        return False
+    pos_a = [ta.index(w) for w in shared]
+    pos_b = [tb.index(w) for w in shared]
+    return _discordant_fraction(pos_a, pos_b) > swap
+
+
+def context_dependent(text: str, segmenter: Segmenter | None = None) -> bool:
+    """Short, elliptical or anaphoric turns lean on the previous assistant message."""
+    lowered = text.strip().lower()
+    if lowered.startswith(_FOLLOWUP_START):
+        return True
+    if _CJK.search(lowered):
+        if any(a in lowered for a in _ANAPHORA_ZH):
+            return True
+        return len(_CJK.findall(lowered)) <= SHORT_CJK_CHARS
+    words = _EN_WORD.findall(lowered)
+    return len(words) <= SHORT_EN_WORDS or any(w in _ANAPHORA_EN for w in words)
+
+
+_SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
+
+
+def statements(text: str) -> str:
+    """A reply's sentences that state something. Its questions ("Would you like the north part
+    instead?") offer options the user may not have taken, so their words settle nothing."""
+    return " ".join(s.strip() for s in _SENTENCE.findall(text) if not s.rstrip().endswith(("?", "？")))
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _token_set(text: str, segmenter: Segmenter | None) -> set[str]:
+    return {_stem(w) for w in tokens(text, segmenter)}
+
+
+def spelled_out(previous: str, current: str, segmenter: Segmenter | None = None) -> set[str]:
+    """The words ``current`` adds to the elliptical ``previous`` turn while keeping every content
+    word of it; empty when it is no such spelling-out (then no context need be read)."""
+    if not context_dependent(previous, segmenter):
+        return set()
+    # "there", "它": the pointers a restatement replaces with what they point to
+    before = {w for w in _token_set(previous, segmenter) if w not in _ANAPHORA_EN and w not in _ANAPHORA_ZH}
+    now = _token_set(current, segmenter)
+    return now - before if before and before <= now else set()
+
+
+def all_known(words: set[str], context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
+    known: set[str] = set()
+    for text in context:
+        known |= _token_set(text, segmenter)
+    lowered = [t.lower() for t in context]
+    return all(w in known or _in_chinese_text(w, lowered) for w in words)
+
+
+def restates(previous: str, current: str, context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
+    """``current`` spells out the elliptical ``previous`` turn: it keeps every content word of it and
+    adds only words the conversation already holds (``context``: earlier user turns and the stated
+    facts of the replies around ``previous``). Anything new (another city, a negation, "instead")
+    makes it another request."""
+    added = spelled_out(previous, current, segmenter)
+    return bool(added) and all_known(added, context, segmenter)
+
+
+_NEGATION_ZH = ("不", "没", "别", "无", "非", "未", "勿", "莫")
+
+
+def _in_chinese_text(word: str, texts: Sequence[str]) -> bool:
+    """Chinese words are matched inside the text: jieba cuts "查一下去上海" and "查一下明天去上海"
+    differently, and the word is there all the same. A negation is never taken as known."""
+    return bool(_CJK.search(word)) and not any(n in word for n in _NEGATION_ZH) and any(word in t for t in texts)
+
+
+def _trigrams(text: str) -> set[str]:
+    t = re.sub(r"\s+", " ", text.strip().lower())
+    return {t[i : i + 3] for i in range(max(1, len(t) - 2))}
+
+
+def text_similarity(a: str, b: str) -> float:
+    """Character-trigram Jaccard: 1.0 for the same message, low for a different one."""
+    if not a and not b:
+        return 1.0
+    ga, gb = _trigrams(a), _trigrams(b)
+    return len(ga & gb) / len(ga | gb) if ga | gb else 0.0
+
+
+# Whole turns that are only a courtesy formula mean the same whatever their wording; embeddings
+# put 谢谢 and 非常感谢 at 0.96, below any safe threshold, so they are named once here.
+_FORMULAS = {
+    "谢谢": ("谢谢", "谢谢你", "谢谢您", "非常感谢", "多谢", "感谢", "太感谢了", "谢谢啦", "万分感谢", "感谢你",
+           "感谢您", "thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "many thanks"),
+    "你好": ("你好", "您好", "嗨", "哈喽", "hello", "hi", "hey", "hi there", "hello there"),
+    "再见": ("再见", "拜拜", "回头见", "bye", "goodbye", "good bye", "bye bye", "see you"),
+}
+_FORMULA_OF = {v: k for k, vs in _FORMULAS.items() for v in vs}
+_TRIM = re.compile(r"[\s!！.。,，~～?？、]+")
+
+
+def canonical_formula(text: str) -> str | None:
+    """The canonical form of a turn that is nothing but a courtesy formula, else None."""
+    return _FORMULA_OF.get(_TRIM.sub(" ", text.lower()).strip())

@@ -1,0 +1,1 @@
+"""Offline tools: trace datasets, replay, calibration, reports, warm-up, demo, stats."""

@@ -1,0 +1,173 @@
+"""`smartcache demo`: the embedded engine and the proxy, a short bilingual conversation through
+them, and a table of what the cache did with each turn.
+
+The proxy is the one `smartcache serve` runs with no upstream (create_app starts the local
+llama.cpp engine itself), so the demo shows the main job, not a mock of it. Answers become
+reusable at once (``ready_after=0``): a demo cannot wait out the feedback window. Each run asks
+in a namespace of its own, so answers left in the data folder by an earlier run never turn the
+first turn into a hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import secrets
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from aiohttp import web
+from rich.console import Console
+from rich.table import Table
+
+from proxy.http.app import UPSTREAM_URL, create_app
+from proxy.settings import Settings
+from proxy.tools.stats import Snapshot, metrics_url, parse_metrics
+
+SYSTEM_PROMPT = "You are a concise assistant. Always answer in English, in one or two short sentences."
+MAX_TOKENS = 192  # answers cut at the limit are never stored: room for a whole short one
+STATUS_STYLE = {"hit": "bold green", "half-hit": "yellow", "miss": "red", "bypass": "cyan"}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoTurn:
+    lang: str
+    text: str
+    shows: str  # what the turn is there to show
+
+
+SCRIPT: tuple[DemoTurn, ...] = (
+    DemoTurn("zh", "东京五日游怎么安排？预算8000元", "first ask: miss"),
+    DemoTurn("zh", "东京五日游怎么安排？预算八千元", "same ask, 八千 = 8000: hit"),
+    DemoTurn("zh", "东京五日游怎么安排？预算8000元，不要太累的", "a new constraint: half-hit"),
+    DemoTurn("zh", "东京今天天气怎么样？", "realtime: bypass"),
+    DemoTurn("en", "Give me three tips for sleeping better.", "first ask: miss"),
+    DemoTurn("en", "give me 3 tips for sleeping better", "paraphrase: hit"),
+    DemoTurn("en", "Give me three tips for sleeping better, and add one about coffee.", "an addition: half-hit"),
+    DemoTurn("en", "Is it raining in Kyoto now?", "realtime: bypass"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    turn: DemoTurn
+    status: str
+    reason: str
+    similarity: float | None
+    latency_ms: float
+    saved_tokens: int
+    upstream_cached_tokens: int
+    answer: str
+
+
+def demo_settings(base: Settings, *, port: int | None = None, data_dir: Path | None = None) -> Settings:
+    """The proxy of `serve` with no upstream, its own data folder, instant answers and debug headers.
+    Embedding packs stay where `serve` keeps them, so the demo does not build them twice."""
+    chosen = data_dir or base.data_dir / "demo"
+    return dataclasses.replace(
+        base, upstream=None, upstream_flavour="llamacpp", port=base.port if port is None else port,
+        data_dir=chosen, model_home=base.model_home or data_dir or base.data_dir, ready_after=0.0,
+        debug_headers=True,
+    )
+
+
+async def _snapshot(client: httpx.AsyncClient, base_url: str) -> Snapshot:
+    response = await client.get(metrics_url(base_url))
+    response.raise_for_status()
+    return parse_metrics(response.text)
+
+
+async def ask(client: httpx.AsyncClient, base_url: str, turn: DemoTurn, *, model: str, session: str,
+              namespace: str) -> TurnResult:
+    """One turn, with the tokens it saved and the engine's cached tokens read from /metrics deltas."""
+    before = await _snapshot(client, base_url)
+    body = {"model": model, "max_tokens": MAX_TOKENS, "temperature": 0, "cache": {"namespace": namespace},
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": turn.text}]}
+    started = time.perf_counter()
+    response = await client.post(f"{base_url}/chat/completions", json=body,
+                                 headers={"x-smartcache-session": session, "x-smartcache-debug": "1"})
+    latency = time.perf_counter() - started
+    response.raise_for_status()
+    after = await _snapshot(client, base_url)
+    score = response.headers.get("x-cache-similarity") or response.headers.get("x-smartcache-score")
+    return TurnResult(
+        turn=turn, status=response.headers.get("x-cache-status", "?"),
+        reason=response.headers.get("x-smartcache-reason", ""), similarity=float(score) if score else None,
+        latency_ms=latency * 1000, saved_tokens=round(after.saved_total - before.saved_total),
+        upstream_cached_tokens=round(after.upstream_cached_tokens - before.upstream_cached_tokens),
+        answer=str(response.json()["choices"][0]["message"]["content"] or ""),
+    )
+
+
+async def run_script(base_url: str, turns: Sequence[DemoTurn] = SCRIPT, *, session: str = "demo",
+                     namespace: str | None = None) -> list[TurnResult]:
+    namespace = namespace or f"demo-{secrets.token_hex(4)}"
+    async with httpx.AsyncClient(timeout=300.0, trust_env=False,
+                                 headers={"Authorization": "Bearer demo"}) as client:
+        models = (await client.get(f"{base_url}/models")).json()  # passed through to the engine
+        model = str(models["data"][0]["id"])
+        return [await ask(client, base_url, turn, model=model, session=session, namespace=namespace)
+                for turn in turns]
+
+
+def results_table(results: Sequence[TurnResult]) -> Table:
+    table = Table(title="smartcache demo: one conversation, turn by turn")
+    for col, justify in (("#", "right"), ("lang", "left"), ("turn", "left"), ("meant to show", "left"),
+                         ("status", "left"), ("reason", "left"), ("similarity", "right"),
+                         ("latency ms", "right"), ("saved tok", "right"), ("cached tok", "right")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for i, r in enumerate(results, 1):
+        style = STATUS_STYLE.get(r.status, "")
+        table.add_row(str(i), r.turn.lang, r.turn.text, r.turn.shows, f"[{style}]{r.status}[/]", r.reason,
+                      "-" if r.similarity is None else f"{r.similarity:.3f}", f"{r.latency_ms:.0f}",
+                      str(r.saved_tokens), str(r.upstream_cached_tokens))
+    return table
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+def _bound_port(runner: web.AppRunner, fallback: int) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return fallback
+
+
+async def run_demo(settings: Settings, *, once: bool, console: Console | None = None) -> list[TurnResult]:
+    """Start engine and proxy, replay the script, print the table; then serve until Ctrl-C
+    unless ``once``. Both stop together on the way out."""
+    console = console or Console()
+    console.print("starting the local llama.cpp engine and the SmartCache proxy ...")
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        base_url = f"http://{settings.host}:{_bound_port(runner, settings.port)}/v1"
+        console.print(f"proxy {base_url} -> engine {app[UPSTREAM_URL]}")
+        results = await run_script(base_url)
+        console.print(results_table(results))
+        if not once:
+            console.print(f"\nSmartCache keeps running: point a client at [bold]{base_url}[/] "
+                          f"(export OPENAI_BASE_URL={base_url}), watch {metrics_url(base_url)}, "
+                          "run `smartcache stats`. Ctrl-C stops the proxy and the engine.")
+            await _until_interrupted()
+        return results
+    finally:
+        await runner.cleanup()
