@@ -30,7 +30,8 @@ from pathlib import Path
 import yaml
 
 from proxy.decision.change import ChangeKind, detect_change
-from proxy.text.tagger import extract_entities, keyword_intent, merge_entities
+from proxy.text.entities import extract_entities, merge_entities
+from proxy.text.phrases import keyword_intent
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 ROOT = Path(__file__).resolve().parent.parent

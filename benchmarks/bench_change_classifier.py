@@ -32,7 +32,7 @@ from bench_change import (
 from proxy.decision.change import ChangeKind
 from proxy.embedding.packs import load_embedder
 from proxy.text.normalize import normalize_text
-from proxy.text.tagger import change_signals
+from proxy.text.phrases import change_signals
 
 LABELS = [ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC]
 SIGNALS = ("negation", "addition", "modification", "topic")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.decision.change import ChangeKind, ChangeVerdict, change_instruction, detect_change
-from proxy.text.tagger import extract_entities, merge_entities
+from proxy.text.entities import extract_entities, merge_entities
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 

@@ -19,7 +19,7 @@ from proxy.policy import (
     parse_policy,
     policy_table,
 )
-from proxy.text.tagger import keyword_intent
+from proxy.text.phrases import keyword_intent
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
 REQUIRED_INTENTS = (

@@ -2,18 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.text.entities import Entities, entities_conflict, extract_entities, merge_entities
 from proxy.text.normalize import Segmenter
-from proxy.text.tagger import (
-    Entities,
-    NumericConstraint,
-    entities_conflict,
-    extract_entities,
-    is_correction,
-    is_reset_phrase,
-    keyword_intent,
-    merge_entities,
-    task_skeleton,
-)
+from proxy.text.numbers import NumericConstraint
+from proxy.text.phrases import is_correction, is_reset_phrase, keyword_intent
+from proxy.text.skeleton import task_skeleton
 
 N = NumericConstraint
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from proxy.text.entities import Entities, entities_conflict
 from proxy.text.normalize import Segmenter
-from proxy.text.tagger import Entities, change_instruction, change_signals, entities_conflict
+from proxy.text.phrases import change_instruction, change_signals
 
 __all__ = ["ChangeKind", "ChangeVerdict", "change_instruction", "detect_change", "new_entity_slots"]
 

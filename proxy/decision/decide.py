@@ -20,8 +20,8 @@ from proxy.decision.validate import KeyFacts, extract_constraints, validate_answ
 from proxy.policy import IntentPolicy
 from proxy.signing.signer import Signature, fold_space
 from proxy.storage.sqlite import Record
+from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
-from proxy.text.tagger import Entities, entities_conflict
 
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
 # repeat right after it); once other turns come between, the whole-conversation key has changed.

@@ -13,15 +13,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from proxy.text.entities import Entities, extract_entities, merge_entities
+from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
 from proxy.text.normalize import Segmenter, default_segmenter, normalize_text
-from proxy.text.tagger import (
-    _PLACE_ALIASES,
-    Entities,
-    canonical_place,
-    extract_entities,
-    extract_numbers,
-    merge_entities,
-)
+from proxy.text.numbers import extract_numbers
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
 
@@ -226,7 +221,7 @@ def _check_counts(facts: KeyFacts, c: Constraints) -> list[str]:
 def _check_entities(facts: KeyFacts, c: Constraints) -> list[str]:
     # Only known cities, provinces and countries can contradict: an itinerary for 杭州 naturally
     # names 西湖 and 灵隐寺 without repeating the city.
-    known = {p for p in facts.places if canonical_place(p) in _PLACE_ALIASES}
+    known = {p for p in facts.places if canonical_place(p) in PLACE_ALIASES}
     if c.places and known and not c.places & known:
         return [f"places:{','.join(sorted(known))}"]
     return []

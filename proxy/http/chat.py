@@ -29,7 +29,7 @@ from proxy.policy import IntentPolicy, Policy
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, LruDict, Signature, request_hash
 from proxy.storage.sqlite import Record
-from proxy.text.tagger import is_correction, is_reset_phrase
+from proxy.text.phrases import is_correction, is_reset_phrase
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints

@@ -14,7 +14,7 @@ import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.policy import Policy
-from proxy.text.tagger import keyword_intent
+from proxy.text.phrases import keyword_intent
 
 GENERAL = "general"
 

@@ -20,15 +20,11 @@ import orjson
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.openai.request import ChatRequest, Message
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
+from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, canonical_formula, spelled_out, statements
 from proxy.text.normalize import normalize_text, system_prompt_version
-from proxy.text.tagger import (
-    Entities,
-    change_instruction,
-    extract_entities,
-    merge_entities,
-    task_skeleton,
-)
+from proxy.text.phrases import change_instruction
+from proxy.text.skeleton import task_skeleton
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -34,8 +34,27 @@ _ANAPHORA_EN = _words(
     "it its that this these those they them their there he she his her him one ones yes no ok okay sure "
     "and also too else"
 )
-_ANAPHORA_ZH = ("它", "那个", "这个", "那家", "这家", "那些", "这些", "他们", "她们", "上面", "刚才", "前面",
-                "好的", "可以", "是的", "不用", "还有", "那就", "那么")
+_ANAPHORA_ZH = (
+    "它",
+    "那个",
+    "这个",
+    "那家",
+    "这家",
+    "那些",
+    "这些",
+    "他们",
+    "她们",
+    "上面",
+    "刚才",
+    "前面",
+    "好的",
+    "可以",
+    "是的",
+    "不用",
+    "还有",
+    "那就",
+    "那么",
+)
 # Short turns name too little to stand alone ("景点的周边有哪些酒店啊？" means the attraction under
 # discussion). 12 characters separate most CrossWOZ follow-ups; English turns of 4 words or fewer
 # ("Yes, please.", "I don't care.") or with pronouns depend on the last reply.
@@ -61,8 +80,7 @@ def _discordant_fraction(order_a: Sequence[int], order_b: Sequence[int]) -> floa
     return discordant / pairs if pairs else 0.0
 
 
-def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05,
-              segmenter: Segmenter | None = None) -> bool:
+def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segmenter: Segmenter | None = None) -> bool:
     """True when the two texts share most content words but not in the same order."""
     ta, tb = tokens(a, segmenter), tokens(b, segmenter)
     if ta == tb or not ta or not tb:
@@ -158,8 +176,25 @@ def text_similarity(a: str, b: str) -> float:
 # Whole turns that are only a courtesy formula mean the same whatever their wording; embeddings
 # put 谢谢 and 非常感谢 at 0.96, below any safe threshold, so they are named once here.
 _FORMULAS = {
-    "谢谢": ("谢谢", "谢谢你", "谢谢您", "非常感谢", "多谢", "感谢", "太感谢了", "谢谢啦", "万分感谢", "感谢你",
-           "感谢您", "thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "many thanks"),
+    "谢谢": (
+        "谢谢",
+        "谢谢你",
+        "谢谢您",
+        "非常感谢",
+        "多谢",
+        "感谢",
+        "太感谢了",
+        "谢谢啦",
+        "万分感谢",
+        "感谢你",
+        "感谢您",
+        "thanks",
+        "thank you",
+        "thanks a lot",
+        "thank you very much",
+        "thanks so much",
+        "many thanks",
+    ),
     "你好": ("你好", "您好", "嗨", "哈喽", "hello", "hi", "hey", "hi there", "hello there"),
     "再见": ("再见", "拜拜", "回头见", "bye", "goodbye", "good bye", "bye bye", "see you"),
 }

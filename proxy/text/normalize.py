@@ -186,8 +186,7 @@ def _collapse_punctuation(text: str) -> str:
 
 # English number words in one form with digits ("three tips" = "3 tips"). "one" stays a word:
 # it is a pronoun as often as a number ("which one", "one of them").
-_EN_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-             "twelve")
+_EN_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 _EN_NUMBERS = {w: str(i) for i, w in enumerate(_EN_WORDS) if i != 1}
 _EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "hundred": "100"})
 _EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
@@ -228,7 +227,12 @@ _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         re.compile(r"((?:session|request|trace|order|conversation|chat)[ _-]?id\s*[:=：]\s*)\S+", re.I),
         r"\1<id>",
     ),
-    (re.compile(r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[t ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?)?\b", re.I), "<date>"),  # noqa: E501
+    (
+        re.compile(
+            r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[t ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?)?\b", re.I
+        ),
+        "<date>",
+    ),
     (re.compile(r"(?:\d{2,4}年)?\d{1,2}月\d{1,2}[日号](?:\s*(?:星期|周)[一二三四五六日天1-7])?"), "<date>"),
     (
         re.compile(
@@ -240,7 +244,10 @@ _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         "<date>",
     ),
     (re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|(?:星期|周)[一二三四五六日天]", re.I), "<weekday>"),
-    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?\b|(?:上午|下午|晚上)?\d{1,2}[点时]\d{0,2}分?", re.I), "<time>"),  # noqa: E501
+    (
+        re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?\b|(?:上午|下午|晚上)?\d{1,2}[点时]\d{0,2}分?", re.I),
+        "<time>",
+    ),
     (re.compile(r"\b(?=[a-z0-9_-]*\d)(?=[a-z0-9_-]*[a-z])[a-z0-9_-]{12,}\b", re.I), "<id>"),
     (re.compile(r"\d{6,}"), "<num>"),
 )
@@ -257,4 +264,3 @@ def system_prompt_version(system_text: str, *, segmenter: Segmenter | None = Non
     """A stable version of a system-prompt template: sha256 of its masked, normalised text."""
     masked = mask_volatile(normalize_text(system_text, segmenter=segmenter))
     return hashlib.sha256(masked.encode("utf-8")).hexdigest()[:16]
-
