@@ -25,7 +25,7 @@ from rich.table import Table
 from proxy.observability.log import configure_logging
 from proxy.settings import load_settings
 from proxy.tools.calibrate import calibrate, held_out
-from proxy.tools.datasets import load_traces
+from proxy.tools.datasets.traces import load_traces
 from proxy.tools.replay import run_replay
 
 

@@ -125,7 +125,7 @@ def cmd_check_policy(args: argparse.Namespace) -> int:
 
 
 def _load_convs(paths: list[Path]) -> list[Any]:
-    from proxy.tools.datasets import load_traces
+    from proxy.tools.datasets.traces import load_traces
 
     return load_traces(paths)
 

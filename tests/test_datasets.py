@@ -7,15 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tools.datasets import (
-    CONVERTERS,
+from proxy.tools.datasets.build import CONVERTERS, build_traces, main
+from proxy.tools.datasets.traces import (
     Conversation,
     TraceError,
     Turn,
-    build_traces,
     check_traces,
     load_traces,
-    main,
     prefix_key,
     write_traces,
 )

@@ -13,7 +13,7 @@ from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.storage.sqlite import SqliteStore
 from proxy.tools.calibrate import calibrate, fold_of, held_out, upper_bound, write_policy
-from proxy.tools.datasets import Conversation, Turn
+from proxy.tools.datasets.traces import Conversation, Turn
 from proxy.tools.replay import Row, run_replay, summarize
 from proxy.tools.warm import warm
 
@@ -152,7 +152,7 @@ async def test_warm_twice_writes_each_record_once(sync_embedder: SyncEmbedder, m
 def test_calibrate_command_writes_a_stamped_policy_and_a_held_out_check(
         tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from proxy.cli import main
-    from proxy.tools.datasets import write_traces
+    from proxy.tools.datasets.traces import write_traces
 
     traces = tmp_path / "traces.jsonl"
     write_traces(traces, TRACE)

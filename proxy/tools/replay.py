@@ -27,7 +27,7 @@ from proxy.openai.request import parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import Settings, load_settings
-from proxy.tools.datasets import Conversation
+from proxy.tools.datasets.traces import Conversation
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from proxy.openai.request import parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import Settings
 from proxy.signing.signer import request_hash
-from proxy.tools.datasets import Conversation
+from proxy.tools.datasets.traces import Conversation
 
 
 async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, int]:

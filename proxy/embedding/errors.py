@@ -1,0 +1,7 @@
+"""The one error of the embedding packs."""
+
+from __future__ import annotations
+
+
+class PackError(Exception):
+    """A pack is unknown, missing, broken or cannot be built; the message says what to run."""
