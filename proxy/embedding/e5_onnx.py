@@ -99,7 +99,7 @@ def _parse_norm(cur: _Cursor) -> dict[int, str]:
     return table
 
 
-class _Graph:
+class Graph:
     """Accumulates ONNX nodes and initialisers under generated names."""
 
     def __init__(self) -> None:
@@ -124,7 +124,7 @@ class _Graph:
         return output
 
 
-def _linear(g: _Graph, image: E5Image, x: str, prefix: str, n_out: int, n_in: int) -> str:
+def _linear(g: Graph, image: E5Image, x: str, prefix: str, n_out: int, n_in: int) -> str:
     blocks = image.blocks(prefix + ".w", n_in)
     weights = np.concatenate([blocks["qs"] & 0x0F, blocks["qs"] >> 4], axis=-1)  # weight order
     packed = (weights[..., 0::2] | (weights[..., 1::2] << 4)).astype(np.uint8)  # MatMulNBits order
@@ -134,12 +134,12 @@ def _linear(g: _Graph, image: E5Image, x: str, prefix: str, n_out: int, n_in: in
     return g.op("Add", y, g.const(image.floats(prefix + ".b")))
 
 
-def _layer_norm(g: _Graph, image: E5Image, x: str, prefix: str) -> str:
+def _layer_norm(g: Graph, image: E5Image, x: str, prefix: str) -> str:
     weight, bias = g.const(image.floats(prefix + ".w")), g.const(image.floats(prefix + ".b"))
     return g.op("LayerNormalization", x, weight, bias, axis=-1, epsilon=image.eps)
 
 
-def _embeddings(g: _Graph, image: E5Image) -> str:
+def embeddings(g: Graph, image: E5Image) -> str:
     from onnx import TensorProto
 
     hidden = image.shape["hidden"]
@@ -161,7 +161,7 @@ def _embeddings(g: _Graph, image: E5Image) -> str:
     return _layer_norm(g, image, g.op("Add", word, position_and_type), "emb.ln")
 
 
-def _attention(g: _Graph, image: E5Image, x: str, layer: int, mask_bias: str) -> str:
+def _attention(g: Graph, image: E5Image, x: str, layer: int, mask_bias: str) -> str:
     hidden, heads = image.shape["hidden"], image.shape["heads"]
     split = g.const([0, 0, heads, hidden // heads])
 
@@ -176,7 +176,7 @@ def _attention(g: _Graph, image: E5Image, x: str, layer: int, mask_bias: str) ->
     return _linear(g, image, context, f"l{layer}.ao", hidden, hidden)
 
 
-def _encoder_layer(g: _Graph, image: E5Image, x: str, layer: int, mask_bias: str) -> str:
+def encoder_layer(g: Graph, image: E5Image, x: str, layer: int, mask_bias: str) -> str:
     hidden, ffn = image.shape["hidden"], image.shape["ffn"]
     x = _layer_norm(g, image, g.op("Add", x, _attention(g, image, x, layer, mask_bias)), f"l{layer}.aln")
     inner = g.op("Gelu", _linear(g, image, x, f"l{layer}.fi", ffn, hidden))
@@ -188,13 +188,13 @@ def e5_onnx(image: E5Image) -> Any:
     """The BERT encoder as ONNX: input_ids, attention_mask -> last_hidden_state (fastembed pools)."""
     from onnx import TensorProto, helper
 
-    g = _Graph()
+    g = Graph()
     mask = g.op("Cast", "attention_mask", to=TensorProto.FLOAT)
     mask_bias = g.op("Mul", g.op("Sub", g.const(1.0, np.float32), mask), g.const(-1e4, np.float32))
     mask_bias = g.op("Unsqueeze", mask_bias, g.const([1, 2]))
-    x = _embeddings(g, image)
+    x = embeddings(g, image)
     for layer in range(image.shape["layers"]):
-        x = _encoder_layer(g, image, x, layer, mask_bias)
+        x = encoder_layer(g, image, x, layer, mask_bias)
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"]))
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
            for n in ("input_ids", "attention_mask")]
