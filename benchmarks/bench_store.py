@@ -38,9 +38,10 @@ from proxy.cache import SemanticCache
 from proxy.decision.validate import extract_key_facts
 from proxy.http.chat import HitJudge
 from proxy.lifecycle import Capacity, Lifecycle
+from proxy.model import Record
 from proxy.observability.metrics import Metrics
 from proxy.storage.hnsw import HnswIndex
-from proxy.storage.sqlite import Record, SqliteStore
+from proxy.storage.sqlite import SqliteStore
 
 PER = 100_000
 INTENTS = ("travel", "shopping", "code", "general", "chitchat", "doc_rewrite", "after_sales", "refund")

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from proxy.decision.decide import Candidate, Decision, Status, decide
+from proxy.decision.decide import decide
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
+from proxy.model import Candidate, Decision, Record, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
-from proxy.signing.signer import Signature
 from proxy.storage.hnsw import HnswIndex
-from proxy.storage.sqlite import Record, SessionLast, SqliteStore
+from proxy.storage.sqlite import SqliteStore
 from proxy.text.normalize import system_prompt_version
 
 SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}

@@ -11,15 +11,14 @@ import numpy as np
 import orjson
 import pytest
 
-from proxy.decision.decide import Candidate, Status, decide
+from proxy.decision.decide import decide
 from proxy.decision.validate import extract_key_facts
 from proxy.embedding.backends import SyncEmbedder
+from proxy.model import Candidate, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import parse_chat_request
 from proxy.parts import Parts, open_parts
 from proxy.settings import load_settings
-from proxy.signing.signer import Signature
-from proxy.storage.sqlite import Record
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from proxy.http import keys
 from proxy.http.app import LIFECYCLE
 from proxy.identity import tenant_of
 from proxy.lifecycle import Capacity
+from proxy.model import Record
 from proxy.settings import DEFAULT_POLICY
-from proxy.storage.sqlite import Record
 from tests.conftest import Proxy, ProxyFactory
 
 TOKEN = "admin-s3cret"

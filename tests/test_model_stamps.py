@@ -14,11 +14,12 @@ from aiohttp.test_utils import TestServer
 from proxy.embedding.packs import install_pack
 from proxy.http import keys
 from proxy.http.app import create_app
+from proxy.model import Record
 from proxy.observability.metrics import Metrics
 from proxy.parts import NOWHERE, load_policy_for, open_parts
 from proxy.policy import PolicyError, load_policy, parse_policy
 from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_policy
-from proxy.storage.sqlite import Record, SqliteStore, StoreMismatch
+from proxy.storage.sqlite import SqliteStore, StoreMismatch
 from proxy.tools.calibrate import Calibration, write_policy
 from tests.conftest import Upstream
 from tests.test_e2e_core import ask, chat

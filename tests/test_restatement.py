@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.decision.decide import Candidate, Status, decide
+from proxy.decision.decide import decide
 from proxy.embedding.backends import SyncEmbedder
+from proxy.model import Candidate, Status
 from proxy.observability.metrics import Metrics
 from proxy.parts import Parts, open_parts
 from proxy.policy import load_policy

@@ -12,14 +12,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
 from proxy.decision.change import ChangeKind, detect_change
 from proxy.decision.validate import KeyFacts, extract_constraints, validate_answer
+from proxy.model import Candidate, Decision, Signature, Status
 from proxy.policy import IntentPolicy
-from proxy.signing.signer import Signature, fold_space
-from proxy.storage.sqlite import Record
+from proxy.signing.signer import fold_space
 from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
 
@@ -28,46 +26,6 @@ from proxy.text.lexical import context_dependent, reordered, text_similarity
 MAX_TURN_GAP = 1
 RESTATEMENT = "restatement"  # the reason of a hit served by rule, not by score
 CONTEXT_REPLY_SIMILARITY = 0.8  # trigram Jaccard of the assistant messages a dependent turn answers
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    record: Record
-    view_similarity: float  # the conversations as wholes
-    question_similarity: float  # the current turns alone
-    same_session: bool = False
-    turn_gap: int | None = None  # user turns between it and the request, in the same session
-
-    @property
-    def score(self) -> float:
-        """Both must match: the same question asked in another context, or another question in
-        the same context, is not the same request. For the previous turn of the same session the
-        context is the same by construction (the conversation up to it, plus its own exchange),
-        so only the questions are compared."""
-        if self.same_session and self.turn_gap == 1:
-            return self.question_similarity
-        return min(self.view_similarity, self.question_similarity)
-
-
-class Status(StrEnum):
-    HIT = "hit"
-    HALF_HIT = "half-hit"
-    MISS = "miss"
-    BYPASS = "bypass"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    status: Status
-    reason: str
-    record: Record | None = None
-    score: float | None = None
-    failed_checks: tuple[str, ...] = ()
-    signals: tuple[str, ...] = ()
-
-    @property
-    def is_hit(self) -> bool:
-        return self.status is Status.HIT
 
 
 def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[Candidate, str]]:

@@ -19,16 +19,15 @@ import structlog
 from aiohttp import web
 
 from proxy.cache import SemanticCache
-from proxy.decision.decide import Decision, Status
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.identity import Identity
+from proxy.model import Decision, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
 from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.policy import IntentPolicy, Policy
 from proxy.signing.intent import IntentClassifier
-from proxy.signing.signer import ContextSigner, LruDict, Signature, request_hash
-from proxy.storage.sqlite import Record
+from proxy.signing.signer import ContextSigner, LruDict, request_hash
 from proxy.text.phrases import is_correction, is_reset_phrase
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers

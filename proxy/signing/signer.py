@@ -12,12 +12,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import orjson
 
 from proxy.embedding.batching import BatchingEmbedder
+from proxy.model import CoarseTags, Signature
 from proxy.openai.request import ChatRequest, Message
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
@@ -46,52 +47,6 @@ class LruDict(Generic[K, V]):
         self._data.move_to_end(key)
         while len(self._data) > self._size:
             self._data.popitem(last=False)
-
-
-@dataclass(frozen=True, slots=True)
-class CoarseTags:
-    intent: str
-    task_branch: str
-    entities: Entities
-    change_instruction: bool
-    context_switch: bool
-    intent_forced: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "intent": self.intent,
-            "task_branch": self.task_branch,
-            "entities": self.entities.to_json(),
-            "change_instruction": self.change_instruction,
-            "context_switch": self.context_switch,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Signature:
-    vector: np.ndarray  # the encoding view: the conversation as a whole
-    question_vector: np.ndarray  # the current user turn alone
-    tags: CoarseTags
-    system_prompt_version: str
-    context_fingerprint: str
-    request_hash: str
-    current_text: str  # normalised current user turn
-    active_user_text: str  # the user turns that make up the view, normalised (constraints come from here)
-    view_text: str
-    previous_reply: str = ""  # the last assistant message before this turn, normalised and cut
-    turn_index: int = 1  # user turns so far, this one included
-    # set when this turn spells out the previous, elliptical user turn (lexical.restates): the
-    # answer the user saw to that turn, whitespace-folded, which names the record it restates
-    restated_answer: str = ""
-
-    @property
-    def restates_previous(self) -> bool:
-        return bool(self.restated_answer)
-
-    def record_tags(self) -> dict[str, Any]:
-        """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
-        return {**self.tags.to_json(), "question": self.current_text[:600], "previous_reply": self.previous_reply,
-                "turn": self.turn_index}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,67 +9,19 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiosqlite
-import numpy as np
 import orjson
 
-LIVE_STATES = ("pending", "ready")
+from proxy.model import LIVE_STATES, Record, SessionLast
+
 # what the vector index and its filter need of a record (see SemanticCache.load), in this order
 INDEX_COLUMNS = ("label", "vector", "LENGTH(CAST(answer_text AS BLOB))", "tenant", "session", "user", "scope",
                  "model", "system_prompt_version", "namespace", "intent")
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    cache_id: str
-    tenant: str
-    user: str | None
-    scope: str
-    session: str
-    namespace: str
-    context_fingerprint: str
-    intent: str
-    coarse_tags: Mapping[str, Any]
-    vector: bytes
-    qvector: bytes
-    answer_text: str
-    key_facts: Mapping[str, Any]
-    model: str
-    system_prompt_version: str
-    policy_version: str
-    request_hash: str
-    state: str = "pending"
-    created_at: float = 0.0
-    ready_at: float = 0.0
-    expires_at: float = 0.0
-    hit_count: int = 0
-    last_hit_at: float = 0.0
-    feedback_score: float = 1.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    label: int | None = None
-
-    def vector_array(self) -> np.ndarray:
-        return np.frombuffer(self.vector, dtype=np.float32)
-
-    def qvector_array(self) -> np.ndarray:
-        return np.frombuffer(self.qvector, dtype=np.float32)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionLast:
-    """The record behind a session's last answer: the one a correction or a regenerate is about."""
-
-    cache_id: str
-    served: bool  # True: served from the cache as a hit; False: written from upstream
-    request_hash: str
-    at: float = 0.0
 
 
 _COLUMNS = [f.name for f in dataclasses.fields(Record)]

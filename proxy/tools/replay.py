@@ -19,9 +19,9 @@ from pathlib import Path
 
 import orjson
 
-from proxy.decision.decide import Status
 from proxy.embedding.backends import SyncEmbedder
 from proxy.identity import Identity
+from proxy.model import Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts

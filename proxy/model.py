@@ -1,0 +1,171 @@
+"""The shared types: what a request is signed into, what a record holds, how a candidate scores
+and what a decision says. Plain frozen values: every room reads them and none owns them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from proxy.text.entities import Entities
+
+
+class RecordState(StrEnum):
+    """A record is written pending, promoted to ready after the feedback window unless the user
+    regenerated or objected (rejected), and made invalid by a version change or an admin call."""
+
+    PENDING = "pending"
+    READY = "ready"
+    REJECTED = "rejected"
+    INVALID = "invalid"
+
+
+LIVE_STATES = (RecordState.PENDING, RecordState.READY)
+
+
+class Scope(StrEnum):
+    """Pools from narrow to wide; an answer is written to one and looked up up to ``widen_to``."""
+
+    SESSION = "session"
+    USER = "user"
+    TENANT = "tenant"
+    GLOBAL = "global"
+
+
+SCOPE_ORDER: tuple[Scope, ...] = (Scope.SESSION, Scope.USER, Scope.TENANT, Scope.GLOBAL)
+
+
+@dataclass(frozen=True, slots=True)
+class CoarseTags:
+    intent: str
+    task_branch: str
+    entities: Entities
+    change_instruction: bool
+    context_switch: bool
+    intent_forced: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "intent": self.intent,
+            "task_branch": self.task_branch,
+            "entities": self.entities.to_json(),
+            "change_instruction": self.change_instruction,
+            "context_switch": self.context_switch,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    vector: np.ndarray  # the encoding view: the conversation as a whole
+    question_vector: np.ndarray  # the current user turn alone
+    tags: CoarseTags
+    system_prompt_version: str
+    context_fingerprint: str
+    request_hash: str
+    current_text: str  # normalised current user turn
+    active_user_text: str  # the user turns that make up the view, normalised (constraints come from here)
+    view_text: str
+    previous_reply: str = ""  # the last assistant message before this turn, normalised and cut
+    turn_index: int = 1  # user turns so far, this one included
+    # set when this turn spells out the previous, elliptical user turn (lexical.restates): the
+    # answer the user saw to that turn, whitespace-folded, which names the record it restates
+    restated_answer: str = ""
+
+    @property
+    def restates_previous(self) -> bool:
+        return bool(self.restated_answer)
+
+    def record_tags(self) -> dict[str, Any]:
+        """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
+        return {**self.tags.to_json(), "question": self.current_text[:600], "previous_reply": self.previous_reply,
+                "turn": self.turn_index}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    cache_id: str
+    tenant: str
+    user: str | None
+    scope: str
+    session: str
+    namespace: str
+    context_fingerprint: str
+    intent: str
+    coarse_tags: Mapping[str, Any]
+    vector: bytes
+    qvector: bytes
+    answer_text: str
+    key_facts: Mapping[str, Any]
+    model: str
+    system_prompt_version: str
+    policy_version: str
+    request_hash: str
+    state: str = "pending"
+    created_at: float = 0.0
+    ready_at: float = 0.0
+    expires_at: float = 0.0
+    hit_count: int = 0
+    last_hit_at: float = 0.0
+    feedback_score: float = 1.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    label: int | None = None
+
+    def vector_array(self) -> np.ndarray:
+        return np.frombuffer(self.vector, dtype=np.float32)
+
+    def qvector_array(self) -> np.ndarray:
+        return np.frombuffer(self.qvector, dtype=np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLast:
+    """The record behind a session's last answer: the one a correction or a regenerate is about."""
+
+    cache_id: str
+    served: bool  # True: served from the cache as a hit; False: written from upstream
+    request_hash: str
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    record: Record
+    view_similarity: float  # the conversations as wholes
+    question_similarity: float  # the current turns alone
+    same_session: bool = False
+    turn_gap: int | None = None  # user turns between it and the request, in the same session
+
+    @property
+    def score(self) -> float:
+        """Both must match: the same question asked in another context, or another question in
+        the same context, is not the same request. For the previous turn of the same session the
+        context is the same by construction (the conversation up to it, plus its own exchange),
+        so only the questions are compared."""
+        if self.same_session and self.turn_gap == 1:
+            return self.question_similarity
+        return min(self.view_similarity, self.question_similarity)
+
+
+class Status(StrEnum):
+    HIT = "hit"
+    HALF_HIT = "half-hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: Status
+    reason: str
+    record: Record | None = None
+    score: float | None = None
+    failed_checks: tuple[str, ...] = ()
+    signals: tuple[str, ...] = ()
+
+    @property
+    def is_hit(self) -> bool:
+        return self.status is Status.HIT
