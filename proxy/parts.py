@@ -99,7 +99,7 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
         chat = ChatService(
             cache=cache, signer=signer, policy_box=box, upstream=upstream, flavour=flavour,
             # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks
-            # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/test_engine.py)
+            # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/upstream/test_engine.py)
             slot_count=None, metrics=metrics,
             judge=judge, debug_headers=s.debug_headers, regenerate_window=s.regenerate_window,
             coalescer=Coalescer() if s.coalesce else None, prewarmer=prewarmer, prewarm_all=s.prewarm,

@@ -22,7 +22,7 @@ from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_poli
 from proxy.storage.sqlite import SqliteStore, StoreMismatch
 from proxy.tools.calibrate import Calibration, write_policy
 from tests.conftest import Upstream
-from tests.test_e2e_core import ask, chat
+from tests.e2e.test_e2e_core import ask, chat
 
 
 def make_record(dim: int) -> Record:

@@ -5,7 +5,7 @@ prompt (history + served answer + new question) shares only the history with any
 engine's prefix cache, and the engine prefills the served answer again at the user's expense.
 After a hit we send the conversation as it now stands (request messages + the served answer)
 upstream with ``max_tokens: 1``: the engine prefills it while the user reads, and the next turn
-finds the whole prefix cached (measured in tests/test_halfhit_engine.py).
+finds the whole prefix cached (measured in tests/e2e/test_halfhit_engine.py).
 
 Prewarming is a bet, never a cost to the hit: requests run in background tasks owned by the
 app, at most ``concurrency`` at a time; when all slots are busy a new one is dropped rather than

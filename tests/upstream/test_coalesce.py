@@ -20,7 +20,7 @@ from proxy.identity import Identity
 from proxy.openai.request import completion_chunks, parse_chat_request
 from proxy.upstream.coalesce import Coalescer, coalesce_key, plain_answer, with_finish_reason
 from tests.conftest import Proxy, ProxyFactory, Upstream
-from tests.test_e2e_core import ask, chat, chat_stream
+from tests.e2e.test_e2e_core import ask, chat, chat_stream
 
 # Long enough that all ten requests are signed and waiting before the leader's answer lands.
 UPSTREAM_DELAY = 2.0

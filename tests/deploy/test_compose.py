@@ -32,7 +32,7 @@ from proxy.cli import build_parser, settings_from
 from proxy.settings import Settings
 from proxy.upstream.engine import _parse_args as engine_args
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 GPU_ENV = {"SMARTCACHE_UPSTREAM": "http://vllm:8000/v1", "SMARTCACHE_FLAVOUR": "vllm"}

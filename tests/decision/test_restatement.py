@@ -20,8 +20,8 @@ from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.signing.intent import IntentClassifier
 from proxy.text.lexical import restates, statements
 from tests.conftest import ProxyFactory, Upstream
-from tests.test_context_cases import record_of, sign
-from tests.test_e2e_core import chat
+from tests.decision.test_context_cases import record_of, sign
+from tests.e2e.test_e2e_core import chat
 
 OSLO = ["how cold will it get in Oslo", "Tomorrow Oslo drops to -8C at night."]
 PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf at 12 Birch Road."]

@@ -32,7 +32,7 @@ from proxy.settings import load_settings
 from proxy.text.normalize import system_prompt_version
 from tests.conftest import Proxy, Upstream
 from tests.scripted_upstream import Script, scripted_app
-from tests.test_lifecycle import write_policy
+from tests.e2e.test_lifecycle import write_policy
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

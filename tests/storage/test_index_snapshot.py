@@ -15,7 +15,7 @@ from proxy.http import keys
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from tests.conftest import ProxyFactory, Upstream
-from tests.test_e2e_core import ask, chat
+from tests.e2e.test_e2e_core import ask, chat
 
 
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 from proxy.http import keys
 from proxy.identity import tenant_of
 from tests.conftest import Proxy, ProxyFactory
-from tests.test_lifecycle import QUESTIONS, TOKEN, Clients, admin, ask, client, fill, live_records, record_with
+from tests.e2e.test_lifecycle import QUESTIONS, TOKEN, Clients, admin, ask, client, fill, live_records, record_with
 
 __all__ = ["client"]  # the fixture, imported so this module can use it
 

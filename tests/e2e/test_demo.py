@@ -21,7 +21,7 @@ from proxy.settings import load_settings
 from proxy.tools.demo import MAX_TOKENS, SCRIPT, SYSTEM_PROMPT, DemoTurn, TurnResult, demo_settings, results_table
 from tests.conftest import Proxy, Upstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ADDRESSES = re.compile(r"proxy (http://127\.0\.0\.1:(\d+)/v1) -> engine http://127\.0\.0\.1:(\d+)/v1")
 READY = "Ctrl-C stops the proxy and the engine."
 

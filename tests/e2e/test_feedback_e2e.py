@@ -7,7 +7,7 @@ from structlog.testing import capture_logs
 
 from proxy.http import keys
 from tests.conftest import Proxy, ProxyFactory, Upstream
-from tests.test_e2e_core import SYSTEM, chat
+from tests.e2e.test_e2e_core import SYSTEM, chat
 
 QUESTION = "What is the tallest mountain in Europe?"
 REPEAT = "what is the tallest mountain in europe"

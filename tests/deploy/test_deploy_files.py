@@ -17,7 +17,7 @@ import yaml
 
 from proxy.observability.metrics import OUTCOMES, STAGES, STATUSES, TOKEN_KINDS, WRITE_OUTCOMES, Metrics
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAME = re.compile(r"\bsmartcache[a-zA-Z0-9_:]*")
 SELECTOR = re.compile(r"\b(smartcache_[a-z0-9_]+)\{([^}]*)\}")
 MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
