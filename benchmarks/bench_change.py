@@ -74,7 +74,13 @@ OWN_CASES: tuple[Case, ...] = (
     _own(TRIP_HZ, "行程安排得不错", NO, T, "zh-praise"),
     _own(["推荐三款轻薄本，预算八千以内"], "预算八千以内，推荐三款轻薄本", NO, S, "zh-restated"),
     _own(LEAVE, "帮我写封病假两天的请假邮件", NO, W, "zh-restated-leave"),
-    _own(["周末去杭州玩三天，预算五千以内帮我排一个行程"], "帮我排个杭州三天的行程，预算5000以内", NO, T, "zh-restated-trip"),  # noqa: E501
+    _own(
+        ["周末去杭州玩三天，预算五千以内帮我排一个行程"],
+        "帮我排个杭州三天的行程，预算5000以内",
+        NO,
+        T,
+        "zh-restated-trip",
+    ),
     _own(EN_LAPTOP, "Thanks, that's helpful", NO, S, "en-thanks"),
     _own(KYOTO, "Sounds good, thank you!", NO, T, "en-sounds-good"),
     _own(SLEEP, "Can you give me five tips for sleeping better?", NO, ("health",) * 2, "en-restated-tips"),
@@ -101,7 +107,13 @@ OWN_CASES: tuple[Case, ...] = (
     _own(TABLE, "Change it to June 21", MOD, F, "en-other-date"),
     _own(SUMMARY, "Without the statistics please", MOD, W, "en-without"),
     _own(TRIP_HZ, "换个话题，明天的会议纪要帮我整理一下", NEW, ("travel", "writing"), "zh-topic-phrase"),
-    _own([*TRIP_HZ, "第一天去西湖", "第二天去灵隐寺", "第三天去宋城"], "明天的会议纪要帮我整理一下", NEW, ("travel", "writing"), "zh-meeting-notes"),  # noqa: E501
+    _own(
+        [*TRIP_HZ, "第一天去西湖", "第二天去灵隐寺", "第三天去宋城"],
+        "明天的会议纪要帮我整理一下",
+        NEW,
+        ("travel", "writing"),
+        "zh-meeting-notes",
+    ),
     _own(LAPTOP, "帮我写一个Python排序函数", NEW, ("shopping", "code"), "zh-to-code"),
     _own(CSV, "杭州明天天气怎么样", NEW, ("code", "realtime"), "zh-to-weather"),
     _own(KYOTO, "Different question: how do I reverse a list in Python?", NEW, ("travel", "code"), "en-to-code"),
@@ -200,10 +212,23 @@ def held_out_cases(data: Path) -> list[Case]:
         cases.append(Case("held_out", f"{task}-{row['id']}", (users[0],), users[1], label, intents))
     rows = json.loads((data / "cqr_kvret" / "cqr_kvret_dev_public.json").read_text(encoding="utf-8"))
     for index in HELD_OUT_KVRET:
-        refs = [t["reformulation"] for t in rows[index]["dialogue"] if t.get("reformulation", {}).get("mturk_reformulations")]  # noqa: E501
+        refs = [
+            t["reformulation"]
+            for t in rows[index]["dialogue"]
+            if t.get("reformulation", {}).get("mturk_reformulations")
+        ]
         if refs and len(cases) < 4 * HELD_OUT_PER_TASK + HELD_OUT_KVRET_CASES:
             ref = refs[0]
-            cases.append(Case("held_out", f"kvret-{index}", (ref["reformulated_utt"],), ref["mturk_reformulations"][0], NO, ("same",) * 2))  # noqa: E501
+            cases.append(
+                Case(
+                    "held_out",
+                    f"kvret-{index}",
+                    (ref["reformulated_utt"],),
+                    ref["mturk_reformulations"][0],
+                    NO,
+                    ("same",) * 2,
+                )
+            )
     return cases
 
 
@@ -250,7 +275,10 @@ def report(title: str, cases: Sequence[Case], predicted: Sequence[ChangeKind]) -
         f1 = _ratio(2 * tp, 2 * tp + fp + fn)
         print(f"  {name:<18}{tp + fn:>8}{_ratio(tp, tp + fp):>11}{_ratio(tp, tp + fn):>9}{f1:>9}")
     confusion = Counter(pairs)
-    print("  confusion (gold -> predicted): " + ", ".join(f"{g.value}->{p.value}: {n}" for (g, p), n in sorted(confusion.items())))  # noqa: E501
+    print(
+        "  confusion (gold -> predicted): "
+        + ", ".join(f"{g.value}->{p.value}: {n}" for (g, p), n in sorted(confusion.items()))
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -285,7 +313,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.verbose:
             for case, got in zip(cases, predicted, strict=True):
                 if got is not case.label:
-                    print(f"    MISS [{case.source} {case.ref}] gold={case.label.value} got={got.value}: {case.turn[:80]}")  # noqa: E501
+                    print(
+                        f"    MISS [{case.source} {case.ref}] gold={case.label.value} got={got.value}: {case.turn[:80]}"
+                    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ SIGNALS = ("negation", "addition", "modification", "topic")
 def features(cases: list[Case], embed) -> np.ndarray:  # type: ignore[no-untyped-def]
     turns = embed([normalize_text(c.turn) for c in cases])
     contexts = embed([normalize_text(c.context[-1] if c.context else "") for c in cases])
-    flags = np.array([[any(s.startswith(k) for s in change_signals(normalize_text(c.turn))) for k in SIGNALS]
-                      for c in cases], dtype=np.float32)
+    flags = np.array(
+        [[any(s.startswith(k) for s in change_signals(normalize_text(c.turn))) for k in SIGNALS] for c in cases],
+        dtype=np.float32,
+    )
     same_intent = np.array([[c.intents[0] == c.intents[1]] for c in cases], dtype=np.float32)
     return np.hstack([turns, contexts, turns * contexts, flags, same_intent, np.ones((len(cases), 1))])
 

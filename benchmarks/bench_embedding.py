@@ -104,9 +104,9 @@ def batched(embedder: SyncEmbedder, texts: Sequence[str], size: int) -> float:
     return len(texts) / timed(lambda: embed_in_batches(embedder, texts, size))
 
 
-def micro_batched(embedder: SyncEmbedder, texts: Sequence[str], callers: int = 16
-                  ) -> tuple[float, float, float, float]:
+def micro_batched(embedder: SyncEmbedder, texts: Sequence[str], callers: int = 16) -> tuple[float, float, float, float]:
     """Concurrent callers, one text per request, as the proxy's requests arrive."""
+
     async def run() -> tuple[float, float, float, float]:
         batching = BatchingEmbedder(embedder, max_batch=32, max_wait_s=0.002)
         latencies: list[float] = []

@@ -27,8 +27,16 @@ from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
 from proxy.settings import load_settings
 
-MT_BENCH = {"coding": "code", "writing": "doc_rewrite", "roleplay": "chitchat", "math": "general",
-            "reasoning": "general", "stem": "general", "humanities": "general", "extraction": "general"}
+MT_BENCH = {
+    "coding": "code",
+    "writing": "doc_rewrite",
+    "roleplay": "chitchat",
+    "math": "general",
+    "reasoning": "general",
+    "stem": "general",
+    "humanities": "general",
+    "extraction": "general",
+}
 KVRET = {"weather": "realtime", "navigate": "general", "schedule": "general"}
 
 
@@ -53,8 +61,9 @@ def labelled(data: Path, per_source: int) -> list[tuple[str, str, str]]:
 async def main(data: Path, per_source: int, model_home: Path | None) -> None:
     cases = labelled(data, per_source)
     with tempfile.TemporaryDirectory() as tmp:
-        s = load_settings(environ={}, overrides={"data_dir": Path(tmp), "model_home": model_home,
-                                                 "upstream": "http://127.0.0.1:9/v1"})
+        s = load_settings(
+            environ={}, overrides={"data_dir": Path(tmp), "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+        )
         async with open_parts(s, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics()) as parts:
             texts = [parts.signer.normalize(t) for _, t, _ in cases]
             vectors = await parts.signer.vectors(texts)
@@ -78,8 +87,10 @@ async def main(data: Path, per_source: int, model_home: Path | None) -> None:
     table.add_row("ALL", str(len(cases)), str(total), f"{total / len(cases):.3f}", style="bold")
     console = Console()
     console.print(table)
-    console.print("most frequent confusions (expected → got):",
-                  ", ".join(f"{a}→{b} {n}" for (a, b), n in confusions.most_common(8)))
+    console.print(
+        "most frequent confusions (expected → got):",
+        ", ".join(f"{a}→{b} {n}" for (a, b), n in confusions.most_common(8)),
+    )
 
 
 if __name__ == "__main__":

@@ -100,13 +100,23 @@ async def engine_counters(client: httpx.AsyncClient, root: str) -> dict[str, flo
     return {m.group(1): float(m.group(2)) for m in _METRIC.finditer(text)}
 
 
-async def replay(client: httpx.AsyncClient, base_url: str, dialogues: Sequence[Dialogue], result: ModeResult,
-                 *, gen: dict[str, Any], extra: dict[str, Any]) -> None:
+async def replay(
+    client: httpx.AsyncClient,
+    base_url: str,
+    dialogues: Sequence[Dialogue],
+    result: ModeResult,
+    *,
+    gen: dict[str, Any],
+    extra: dict[str, Any],
+) -> None:
     async def ask(session: str, messages: list[dict[str, str]]) -> str:
         body = {"model": "m", "messages": messages, **gen, **extra}
         started = time.perf_counter()
-        resp = await client.post(f"{base_url}/chat/completions", json=body,
-                                 headers={"x-smartcache-session": session, "Authorization": "Bearer bench"})
+        resp = await client.post(
+            f"{base_url}/chat/completions",
+            json=body,
+            headers={"x-smartcache-session": session, "Authorization": "Bearer bench"},
+        )
         result.latencies.append(time.perf_counter() - started)
         resp.raise_for_status()
         result.statuses[resp.headers.get("x-cache-status", "direct")] += 1
@@ -123,12 +133,22 @@ async def replay(client: httpx.AsyncClient, base_url: str, dialogues: Sequence[D
 
 
 @asynccontextmanager
-async def running_proxy(engine: LocalEngine, backend: SyncEmbedder, model_home: Path, *, prewarm: bool
-                        ) -> AsyncIterator[tuple[str, web.Application]]:
+async def running_proxy(
+    engine: LocalEngine, backend: SyncEmbedder, model_home: Path, *, prewarm: bool
+) -> AsyncIterator[tuple[str, web.Application]]:
     with tempfile.TemporaryDirectory() as data_dir:
-        settings = load_settings(environ={}, overrides={
-            "upstream": engine.base_url, "upstream_flavour": "llamacpp", "data_dir": data_dir,
-            "model_home": model_home, "ready_after": 0.0, "prewarm": prewarm, "upstream_timeout": 300.0})
+        settings = load_settings(
+            environ={},
+            overrides={
+                "upstream": engine.base_url,
+                "upstream_flavour": "llamacpp",
+                "data_dir": data_dir,
+                "model_home": model_home,
+                "ready_after": 0.0,
+                "prewarm": prewarm,
+                "upstream_timeout": 300.0,
+            },
+        )
         app = create_app(settings, backend=backend)
         runner = web.AppRunner(app)
         await runner.setup()
@@ -141,13 +161,16 @@ async def running_proxy(engine: LocalEngine, backend: SyncEmbedder, model_home: 
             await runner.cleanup()
 
 
-async def run_mode(mode: str, dialogues: Sequence[Dialogue], backend: SyncEmbedder, model_home: Path,
-                   gen: dict[str, Any]) -> ModeResult:
+async def run_mode(
+    mode: str, dialogues: Sequence[Dialogue], backend: SyncEmbedder, model_home: Path, gen: dict[str, Any]
+) -> ModeResult:
     result = ModeResult(mode)
     async with LocalEngine(parallel=4) as engine, httpx.AsyncClient(timeout=300.0, trust_env=False) as client:
         # the first request of a fresh engine pays one-off costs (page faults, allocations)
-        await client.post(f"{engine.base_url}/chat/completions", json={
-            "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2})
+        await client.post(
+            f"{engine.base_url}/chat/completions",
+            json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2},
+        )
         before = await engine_counters(client, engine.root_url)
         if mode == "direct":
             await replay(client, engine.base_url, dialogues, result, gen=gen, extra={})
@@ -172,8 +195,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def table(results: Sequence[ModeResult]) -> str:
-    head = (f"{'mode':<14} {'requests':>8} {'hits':>5} {'upstream':>8} {'prefill':>8} {'cached':>7} "
-            f"{'cached%':>7} {'decoded':>7} {'saved':>6} {'prewarm':>7} {'p50 ms':>7} {'p95 ms':>7}")
+    head = (
+        f"{'mode':<14} {'requests':>8} {'hits':>5} {'upstream':>8} {'prefill':>8} {'cached':>7} "
+        f"{'cached%':>7} {'decoded':>7} {'saved':>6} {'prewarm':>7} {'p50 ms':>7} {'p95 ms':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         prefill = int(r.engine.get("prompt_tokens_total", 0))
@@ -184,7 +209,8 @@ def table(results: Sequence[ModeResult]) -> str:
         lines.append(
             f"{r.mode:<14} {len(r.latencies):>8} {r.statuses.get('hit', 0):>5} {upstream:>8} {prefill:>8} "
             f"{cached:>7} {share:>6.1f}% {int(r.engine.get('tokens_predicted_total', 0)):>7} {r.saved_tokens:>6} "
-            f"{r.prewarms:>7} {p50:>7.0f} {p95:>7.0f}")
+            f"{r.prewarms:>7} {p50:>7.0f} {p95:>7.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -192,8 +218,11 @@ async def main_async(args: argparse.Namespace) -> int:
     dialogues = load_dialogues(args.data, args.conversations)
     backend = load_embedder("e5-small-multilingual", args.model_home, auto_install=True)
     gen = {"max_tokens": args.max_tokens, "temperature": 0, "stop": ["\n"]}
-    print(f"{len(dialogues)} MT-Bench conversations ({sum(d.repeat for d in dialogues)} with a near-repeat), "
-          f"max_tokens={args.max_tokens}, modes: {', '.join(args.modes)}", flush=True)
+    print(
+        f"{len(dialogues)} MT-Bench conversations ({sum(d.repeat for d in dialogues)} with a near-repeat), "
+        f"max_tokens={args.max_tokens}, modes: {', '.join(args.modes)}",
+        flush=True,
+    )
     results = []
     for mode in args.modes:
         started = time.monotonic()
@@ -201,16 +230,19 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"  {mode}: {time.monotonic() - started:.0f}s, statuses {dict(results[-1].statuses)}", flush=True)
     print()
     print(table(results))
-    print("\nprefill = prompt tokens the engine computed (prewarms included); cached = prompt tokens it took "
-          "from its prefix cache; saved = prompt+completion tokens our hits did not send upstream.")
+    print(
+        "\nprefill = prompt tokens the engine computed (prewarms included); cached = prompt tokens it took "
+        "from its prefix cache; saved = prompt+completion tokens our hits did not send upstream."
+    )
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--model-home", type=Path,
-                        default=Path(os.environ.get("SMARTCACHE_TEST_MODEL_HOME") or ROOT / ".smartcache"))
+    parser.add_argument(
+        "--model-home", type=Path, default=Path(os.environ.get("SMARTCACHE_TEST_MODEL_HOME") or ROOT / ".smartcache")
+    )
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))

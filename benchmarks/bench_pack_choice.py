@@ -32,8 +32,17 @@ from proxy.tools.replay import run_replay
 async def main(traces: Path, model_home: Path | None, packs: list[str]) -> None:
     convs = load_traces([traces])
     table = Table(title=f"{traces.name}: {len(convs)} conversations, {sum(len(c.turns) for c in convs)} requests")
-    for col in ("pack", "shadow replay s", "in-sample hits", "held-out hits", "held-out false", "precision",
-                "recall", "accept general", "accept travel"):
+    for col in (
+        "pack",
+        "shadow replay s",
+        "in-sample hits",
+        "held-out hits",
+        "held-out false",
+        "precision",
+        "recall",
+        "accept general",
+        "accept travel",
+    ):
         table.add_column(col, no_wrap=col == "pack")
     for pack in packs:
         settings = load_settings(environ={}, overrides={"embedding_model": pack, "model_home": model_home})
@@ -42,9 +51,16 @@ async def main(traces: Path, model_home: Path | None, packs: list[str]) -> None:
         seconds = time.perf_counter() - t0
         chosen = calibrate(rows)
         check = held_out(rows)
-        table.add_row(pack, f"{seconds:.0f}", str(sum(c.hits for c in chosen.values())), str(check.hits),
-                      str(check.false_hits), f"{check.precision:.3f}", f"{check.recall:.3f}",
-                      *(f"{chosen[i].accept:.4f}" if i in chosen else "-" for i in ("general", "travel")))
+        table.add_row(
+            pack,
+            f"{seconds:.0f}",
+            str(sum(c.hits for c in chosen.values())),
+            str(check.hits),
+            str(check.false_hits),
+            f"{check.precision:.3f}",
+            f"{check.recall:.3f}",
+            *(f"{chosen[i].accept:.4f}" if i in chosen else "-" for i in ("general", "travel")),
+        )
     Console(width=140).print(table)
 
 

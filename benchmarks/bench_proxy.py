@@ -33,10 +33,16 @@ def upstream_app() -> web.Application:
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
         text = "Answer: " + body["messages"][-1]["content"]
-        return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                                  "choices": [{"index": 0, "finish_reason": "stop",
-                                               "message": {"role": "assistant", "content": text}}],
-                                  "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}})
+        return web.json_response(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
@@ -46,21 +52,36 @@ def upstream_app() -> web.Application:
 async def timed(session: aiohttp.ClientSession, url: str, question: str, sid: str) -> tuple[float, str]:
     body = {"model": "m", "messages": [{"role": "user", "content": question}]}
     t0 = time.perf_counter()
-    async with session.post(url, json=body, headers={"Authorization": "Bearer bench",
-                                                     "x-smartcache-session": sid}) as resp:
+    async with session.post(
+        url, json=body, headers={"Authorization": "Bearer bench", "x-smartcache-session": sid}
+    ) as resp:
         await resp.read()
         status = resp.headers.get("x-cache-status", "-")
     return (time.perf_counter() - t0) * 1000, status
 
 
-async def run_pack(pack: str, n: int, model_home: Path | None, up: TestServer,
-                   results: dict[str, list[float]], statuses: dict[str, set[str]]) -> float | None:
+async def run_pack(
+    pack: str,
+    n: int,
+    model_home: Path | None,
+    up: TestServer,
+    results: dict[str, list[float]],
+    statuses: dict[str, set[str]],
+) -> float | None:
     """Misses then hits through a fresh proxy embedding with ``pack``; the mean embed-stage time."""
     questions = [f"Question number {i}: what is {i} times {i + 7}?" for i in range(n)]
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(environ={}, overrides={
-            "upstream": str(up.make_url("/v1")), "data_dir": Path(tmp), "ready_after": 0.0,
-            "model_home": model_home, "log_level": "warning", "embedding_model": pack})
+        settings = load_settings(
+            environ={},
+            overrides={
+                "upstream": str(up.make_url("/v1")),
+                "data_dir": Path(tmp),
+                "ready_after": 0.0,
+                "model_home": model_home,
+                "log_level": "warning",
+                "embedding_model": pack,
+            },
+        )
         proxy = TestServer(create_app(settings), host="127.0.0.1")
         await proxy.start_server()
         async with aiohttp.ClientSession() as s:
@@ -94,9 +115,14 @@ async def main(n: int, model_home: Path | None, packs: list[str]) -> None:
     base = statistics.median(results["direct"])
     for mode, values in results.items():
         q = statistics.quantiles(values, n=20)
-        table.add_row(mode, ",".join(sorted(statuses.get(mode, {"-"}))), f"{statistics.median(values):.2f}",
-                      f"{q[18]:.2f}", f"{statistics.fmean(values):.2f}",
-                      "-" if mode == "direct" else f"{statistics.median(values) - base:+.2f}")
+        table.add_row(
+            mode,
+            ",".join(sorted(statuses.get(mode, {"-"}))),
+            f"{statistics.median(values):.2f}",
+            f"{q[18]:.2f}",
+            f"{statistics.fmean(values):.2f}",
+            "-" if mode == "direct" else f"{statistics.median(values) - base:+.2f}",
+        )
     console = Console(width=120)
     console.print(table)
     for pack, ms in embed_ms.items():

@@ -45,9 +45,40 @@ from proxy.storage.sqlite import SqliteStore
 
 PER = 100_000
 INTENTS = ("travel", "shopping", "code", "general", "chitchat", "doc_rewrite", "after_sales", "refund")
-EN_WORDS = ("the", "hotel", "budget", "day", "trip", "museum", "train", "station", "ticket", "price", "about",
-            "walk", "minutes", "from", "breakfast", "included", "recommend", "option", "evening", "morning",
-            "2024-06-01", "3", "nights", "$120", "and", "with", "a", "for", "to", "near", "old", "town")
+EN_WORDS = (
+    "the",
+    "hotel",
+    "budget",
+    "day",
+    "trip",
+    "museum",
+    "train",
+    "station",
+    "ticket",
+    "price",
+    "about",
+    "walk",
+    "minutes",
+    "from",
+    "breakfast",
+    "included",
+    "recommend",
+    "option",
+    "evening",
+    "morning",
+    "2024-06-01",
+    "3",
+    "nights",
+    "$120",
+    "and",
+    "with",
+    "a",
+    "for",
+    "to",
+    "near",
+    "old",
+    "town",
+)
 
 
 @dataclass(frozen=True)
@@ -110,17 +141,45 @@ def make_records(n: int, dim: int, chars: int, lang: str, seed: int = 7) -> Call
         t = i % len(templates)
         intent = INTENTS[i % len(INTENTS)]
         question = f"question {i}: " + templates[(t + 1) % 64][:48]
-        tags = {"intent": intent, "task_branch": "plan>adjust", "entities": {
-            "places": ["杭州"], "products": [], "people": [], "numbers": [["budget", 5000.0, "CNY", "<="]]},
-            "change_instruction": "none", "context_switch": False, "intent_forced": False,
-            "question": question, "previous_reply": templates[(t + 2) % 64][:160]}
+        tags = {
+            "intent": intent,
+            "task_branch": "plan>adjust",
+            "entities": {
+                "places": ["杭州"],
+                "products": [],
+                "people": [],
+                "numbers": [["budget", 5000.0, "CNY", "<="]],
+            },
+            "change_instruction": "none",
+            "context_switch": False,
+            "intent_forced": False,
+            "question": question,
+            "previous_reply": templates[(t + 2) % 64][:160],
+        }
         return Record(
-            cache_id="sc-" + uuid.uuid4().hex[:20], tenant=f"t-{i % 50:024x}", user=None, scope="session",
-            session=f"d-{i // 5:024x}", namespace="", context_fingerprint=uuid.uuid4().hex, intent=intent,
-            coarse_tags=tags, vector=vec.tobytes(), qvector=qvec.tobytes(), answer_text=templates[t],
-            key_facts=facts[t], model="qwen2.5-7b-instruct", system_prompt_version=f"{i % 7:016x}",
-            policy_version="2024-06-seed-1", request_hash=uuid.uuid4().hex, state="ready", created_at=now - i,
-            ready_at=now - i, expires_at=now + 86400, prompt_tokens=420, completion_tokens=260,
+            cache_id="sc-" + uuid.uuid4().hex[:20],
+            tenant=f"t-{i % 50:024x}",
+            user=None,
+            scope="session",
+            session=f"d-{i // 5:024x}",
+            namespace="",
+            context_fingerprint=uuid.uuid4().hex,
+            intent=intent,
+            coarse_tags=tags,
+            vector=vec.tobytes(),
+            qvector=qvec.tobytes(),
+            answer_text=templates[t],
+            key_facts=facts[t],
+            model="qwen2.5-7b-instruct",
+            system_prompt_version=f"{i % 7:016x}",
+            policy_version="2024-06-seed-1",
+            request_hash=uuid.uuid4().hex,
+            state="ready",
+            created_at=now - i,
+            ready_at=now - i,
+            expires_at=now + 86400,
+            prompt_tokens=420,
+            completion_tokens=260,
         )
 
     return record
@@ -182,8 +241,23 @@ async def measure(n: int, dim: int, chars: int, lang: str, directory: Path) -> R
     tick_evict = (time.perf_counter() - t) * 1000
     assert evicted == n - lifecycle.capacity.targets()[0]
     await store.close()
-    return Result(n, insert_s, db_bytes, rss_before, rss_after_load, rss_steady, index_file.stat().st_size,
-                  load_s, snapshot_save_s, snapshot_load_s, ms_any, ms_tenant, tick_idle, tick_evict, answer_bytes)
+    return Result(
+        n,
+        insert_s,
+        db_bytes,
+        rss_before,
+        rss_after_load,
+        rss_steady,
+        index_file.stat().st_size,
+        load_s,
+        snapshot_save_s,
+        snapshot_load_s,
+        ms_any,
+        ms_tenant,
+        tick_idle,
+        tick_evict,
+        answer_bytes,
+    )
 
 
 def report(r: Result, chars: int, lang: str) -> str:
@@ -196,13 +270,20 @@ def report(r: Result, chars: int, lang: str) -> str:
         ("disk: SQLite file", f"{r.db_bytes / mib:,.1f} MiB  = {r.db_bytes / r.records:,.0f} B/record"),
         ("disk per 100k records", f"{r.db_bytes * scale / mib:,.0f} MiB"),
         ("memory: RSS held after load()", f"{held / mib:,.1f} MiB  = {held / r.records:,.0f} B/record"),
-        ("memory per 100k records", f"{held * scale / mib:,.0f} MiB  (peak during load "
-                                    f"+{(r.rss_after_load - r.rss_before) * scale / mib:,.0f} MiB)"),
-        ("  of which HNSW graph (serialised)", f"{r.index_file_bytes * scale / mib:,.0f} MiB per 100k = "
-                                               f"{r.index_file_bytes / r.records:,.0f} B/record"),
+        (
+            "memory per 100k records",
+            f"{held * scale / mib:,.0f} MiB  (peak during load "
+            f"+{(r.rss_after_load - r.rss_before) * scale / mib:,.0f} MiB)",
+        ),
+        (
+            "  of which HNSW graph (serialised)",
+            f"{r.index_file_bytes * scale / mib:,.0f} MiB per 100k = {r.index_file_bytes / r.records:,.0f} B/record",
+        ),
         ("load() rebuilding the graph (compaction; start without a snapshot)", f"{r.load_s:,.1f} s"),
-        ("start from the shutdown snapshot (load + level with SQLite)", f"{r.snapshot_load_s:,.1f} s  "
-                                                                         f"(saving it: {r.snapshot_save_s:,.1f} s)"),
+        (
+            "start from the shutdown snapshot (load + level with SQLite)",
+            f"{r.snapshot_load_s:,.1f} s  (saving it: {r.snapshot_save_s:,.1f} s)",
+        ),
         ("top-8 search, no filter", f"{r.search_ms_any:.2f} ms"),
         ("top-8 search, one tenant of 50", f"{r.search_ms_tenant:.2f} ms"),
         ("lifecycle tick, nothing to evict", f"{r.tick_ms_idle:,.0f} ms"),

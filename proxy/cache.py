@@ -47,17 +47,45 @@ class IndexKey:
 
     @classmethod
     def of(cls, r: Record) -> IndexKey:
-        return cls.interned(len(r.answer_text.encode()), r.tenant, r.session, r.user, r.scope, r.model,
-                            r.system_prompt_version, r.namespace, r.intent)
+        return cls.interned(
+            len(r.answer_text.encode()),
+            r.tenant,
+            r.session,
+            r.user,
+            r.scope,
+            r.model,
+            r.system_prompt_version,
+            r.namespace,
+            r.intent,
+        )
 
     @classmethod
-    def interned(cls, answer_bytes: int, tenant: str, session: str, user: str | None, scope: str, model: str,
-                 version: str, namespace: str, intent: str) -> IndexKey:
+    def interned(
+        cls,
+        answer_bytes: int,
+        tenant: str,
+        session: str,
+        user: str | None,
+        scope: str,
+        model: str,
+        version: str,
+        namespace: str,
+        intent: str,
+    ) -> IndexKey:
         """One key per record stays in memory: tenants, sessions, models and versions repeat across
         records, so each is kept once (measured in benchmarks/bench_store.py)."""
         i = sys.intern
-        return cls(i(tenant), i(session), None if user is None else i(user), i(scope), i(model), i(version),
-                   i(namespace), i(intent), answer_bytes)
+        return cls(
+            i(tenant),
+            i(session),
+            None if user is None else i(user),
+            i(scope),
+            i(model),
+            i(version),
+            i(namespace),
+            i(intent),
+            answer_bytes,
+        )
 
 
 @dataclass
@@ -110,8 +138,15 @@ def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
 
 
 class SemanticCache:
-    def __init__(self, store: SqliteStore, index: HnswIndex, *, ready_after: float, top_k: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SqliteStore,
+        index: HnswIndex,
+        *,
+        ready_after: float,
+        top_k: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.index = index
         self.ready_after = ready_after
@@ -190,15 +225,20 @@ class SemanticCache:
             self.pools.discard(label)
         self.index.delete(labels)
 
-    async def candidates(self, sig: Signature, request: ChatRequest, who: Identity,
-                         policy: IntentPolicy) -> list[Candidate]:
+    async def candidates(
+        self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy
+    ) -> list[Candidate]:
         namespace = request.controls.namespace or ""
 
         def admit(label: int) -> bool:
             key = self.pools.keys.get(label)
-            return (key is not None and key.model == request.model and key.namespace == namespace
-                    and key.system_prompt_version == sig.system_prompt_version
-                    and visible(key, who, policy.widen_to))
+            return (
+                key is not None
+                and key.model == request.model
+                and key.namespace == namespace
+                and key.system_prompt_version == sig.system_prompt_version
+                and visible(key, who, policy.widen_to)
+            )
 
         found = await self.nearest(sig.vector, who, policy.widen_to, admit)
         best: dict[int, float] = {}
@@ -212,16 +252,24 @@ class SemanticCache:
         out = []
         for label, score in top:
             r = rows.get(label)
-            if (r is not None and r.state == "ready" and r.expires_at > now and r.created_at >= oldest
-                    and r.feedback_score >= policy.feedback_floor and visible(r, who, policy.widen_to)):
+            if (
+                r is not None
+                and r.state == "ready"
+                and r.expires_at > now
+                and r.created_at >= oldest
+                and r.feedback_score >= policy.feedback_floor
+                and visible(r, who, policy.widen_to)
+            ):
                 same = r.tenant == who.tenant and r.session == who.session
                 gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
-                out.append(Candidate(r, score, float(r.qvector_array() @ sig.question_vector),
-                                     same_session=same, turn_gap=gap))
+                out.append(
+                    Candidate(r, score, float(r.qvector_array() @ sig.question_vector), same_session=same, turn_gap=gap)
+                )
         return out
 
-    async def nearest(self, vector: np.ndarray, who: Identity, widen_to: str,
-                      admit: Callable[[int], bool]) -> list[tuple[int, float]]:
+    async def nearest(
+        self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool]
+    ) -> list[tuple[int, float]]:
         """(label, cosine) of admitted records: the session's own exactly, then, when the policy
         widens the lookup, the nearest admitted ones by a filtered walk of the graph."""
         session = [lab for lab in self.pools.sessions.get((who.tenant, who.session), ()) if admit(lab)]
@@ -230,8 +278,14 @@ class SemanticCache:
             return found
         return found + await asyncio.to_thread(self.index.search, vector, self.top_k, allowed=admit)
 
-    async def lookup(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy,
-                     stages: dict[str, float] | None = None) -> Decision:
+    async def lookup(
+        self,
+        sig: Signature,
+        request: ChatRequest,
+        who: Identity,
+        policy: IntentPolicy,
+        stages: dict[str, float] | None = None,
+    ) -> Decision:
         found = await self.candidates(sig, request, who, policy)
         t0 = time.perf_counter()
         decision = decide(found, sig, policy)
@@ -243,29 +297,49 @@ class SemanticCache:
 
     async def served(self, record: Record, who: Identity, sig: Signature) -> None:
         await self.store.record_hit(record.cache_id, self.clock())
-        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, True,
-                                                                               sig.request_hash))
+        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, True, sig.request_hash))
 
     async def note_unstored(self, who: Identity, sig: Signature) -> None:
         """An answer we did not store still becomes the session's last: a regenerate of it is known."""
         await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, sig.request_hash))
 
-    async def write(self, *, request: ChatRequest, who: Identity, sig: Signature, policy: IntentPolicy,
-                    policy_version: str, answer: str, usage: dict[str, Any]) -> Record:
+    async def write(
+        self,
+        *,
+        request: ChatRequest,
+        who: Identity,
+        sig: Signature,
+        policy: IntentPolicy,
+        policy_version: str,
+        answer: str,
+        usage: dict[str, Any],
+    ) -> Record:
         now = self.clock()
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
         # tens of ms of jieba on a long answer: off the event loop
         facts = (await asyncio.to_thread(extract_key_facts, answer)).to_json()
         record = Record(
-            cache_id="sc-" + uuid.uuid4().hex[:20], tenant=who.tenant, user=who.user,
-            scope=_write_scope(policy, sig, request), session=who.session, namespace=request.controls.namespace or "",
-            context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.record_tags(),
+            cache_id="sc-" + uuid.uuid4().hex[:20],
+            tenant=who.tenant,
+            user=who.user,
+            scope=_write_scope(policy, sig, request),
+            session=who.session,
+            namespace=request.controls.namespace or "",
+            context_fingerprint=sig.context_fingerprint,
+            intent=sig.tags.intent,
+            coarse_tags=sig.record_tags(),
             vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
-            qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(), answer_text=answer,
-            key_facts=facts, model=request.model,
-            system_prompt_version=sig.system_prompt_version, policy_version=policy_version,
-            request_hash=sig.request_hash, state="ready" if self.ready_after <= 0 else "pending",
-            created_at=now, ready_at=now + self.ready_after, expires_at=now + ttl,
+            qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
+            answer_text=answer,
+            key_facts=facts,
+            model=request.model,
+            system_prompt_version=sig.system_prompt_version,
+            policy_version=policy_version,
+            request_hash=sig.request_hash,
+            state="ready" if self.ready_after <= 0 else "pending",
+            created_at=now,
+            ready_at=now + self.ready_after,
+            expires_at=now + ttl,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
         )
@@ -275,8 +349,9 @@ class SemanticCache:
         async with self._index_lock:
             await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1))
             self._remember(label, record, vector)
-        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, False,
-                                                                               sig.request_hash))
+        await self.store.set_session_last(
+            who.tenant, who.session, SessionLast(record.cache_id, False, sig.request_hash)
+        )
         return record
 
     async def penalise(self, cache_id: str, *, reject_pending: bool = True) -> Record | None:
@@ -297,7 +372,8 @@ class SemanticCache:
 
     async def invalidate_session(self, tenant: str, session: str) -> int:
         rows = await self.store.select_labels(
-            "tenant = ? AND session = ? AND state IN ('pending', 'ready')", (tenant, session))
+            "tenant = ? AND session = ? AND state IN ('pending', 'ready')", (tenant, session)
+        )
         await self.store.set_state([cid for _, cid in rows], "invalid")
         self.forget([lab for lab, _ in rows])
         return len(rows)

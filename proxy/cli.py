@@ -16,8 +16,10 @@ from proxy.settings import Settings, SettingsError, load_settings
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--upstream", help="OpenAI-compatible base URL, e.g. http://vllm:8000/v1 "
-                   "(default: start the embedded llama.cpp engine)")
+    p.add_argument(
+        "--upstream",
+        help="OpenAI-compatible base URL, e.g. http://vllm:8000/v1 (default: start the embedded llama.cpp engine)",
+    )
     p.add_argument("--flavour", dest="upstream_flavour", choices=["vllm", "sglang", "llamacpp", "openai", "generic"])
     p.add_argument("--config", type=Path, help="YAML settings file")
     p.add_argument("--policy", type=Path)
@@ -25,8 +27,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir", dest="data_dir", type=Path)
     p.add_argument("--embedding-model", dest="embedding_model")
-    p.add_argument("--ready-after", dest="ready_after", type=float,
-                   help="feedback window in seconds before an answer becomes reusable (0 = at once)")
+    p.add_argument(
+        "--ready-after",
+        dest="ready_after",
+        type=float,
+        help="feedback window in seconds before an answer becomes reusable (0 = at once)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -44,8 +50,11 @@ async def _serve(settings: Settings) -> None:
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
-    print(f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}",
-          file=sys.stderr, flush=True)
+    print(
+        f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = asyncio.Event()
     reloads: set[asyncio.Task[None]] = set()
     loop = asyncio.get_running_loop()
@@ -131,8 +140,9 @@ def _load_convs(paths: list[Path]) -> list[Any]:
 
 
 def _replay_settings(args: argparse.Namespace) -> Settings:
-    return load_settings(overrides={"policy": getattr(args, "policy", None),
-                                    "embedding_model": getattr(args, "embedding_model", None)})
+    return load_settings(
+        overrides={"policy": getattr(args, "policy", None), "embedding_model": getattr(args, "embedding_model", None)}
+    )
 
 
 def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None) -> list[Any]:
@@ -144,8 +154,7 @@ def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings |
     settings = settings or _replay_settings(args)
     with Progress(transient=True) as bar:
         task = bar.add_task("replay" if not shadow else "shadow replay", total=len(convs))
-        return asyncio.run(run_replay(convs, settings=settings, shadow=shadow,
-                                      progress=lambda n: bar.advance(task, n)))
+        return asyncio.run(run_replay(convs, settings=settings, shadow=shadow, progress=lambda n: bar.advance(task, n)))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -171,8 +180,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print_calibration(results)
     print_held_out(held_out(rows, target=args.target_false_hit))
     if args.out:
-        write_policy(settings.policy_file, args.out, results, traces=[str(p) for p in args.traces],
-                     target=args.target_false_hit, embedding_model=settings.embedding_model)
+        write_policy(
+            settings.policy_file,
+            args.out,
+            results,
+            traces=[str(p) for p in args.traces],
+            target=args.target_false_hit,
+            embedding_model=settings.embedding_model,
+        )
         print(f"wrote {args.out}")
     return 0
 

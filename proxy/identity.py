@@ -66,9 +66,7 @@ def clean_header_id(value: str | None, name: str) -> str | None:
     if not value:
         return None
     if not _SESSION_OK.fullmatch(value) or unicodedata.normalize("NFKC", value) != value:
-        raise InvalidRequest(
-            f"header {name} must be 1-200 characters of A-Z a-z 0-9 . _ : @ / + = -", param=name
-        )
+        raise InvalidRequest(f"header {name} must be 1-200 characters of A-Z a-z 0-9 . _ : @ / + = -", param=name)
     return value
 
 

@@ -57,8 +57,15 @@ def pick_evictions(rows: list[tuple[int, str, float, int, int]], max_records: in
 
 
 class Lifecycle:
-    def __init__(self, cache: SemanticCache, metrics: Metrics, judge: HitJudge, capacity: Capacity,
-                 *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cache: SemanticCache,
+        metrics: Metrics,
+        judge: HitJudge,
+        capacity: Capacity,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cache, self.metrics, self.judge, self.capacity, self.clock = cache, metrics, judge, capacity, clock
 
     async def tick(self) -> dict[str, int]:

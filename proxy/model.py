@@ -80,8 +80,12 @@ class Signature:
 
     def record_tags(self) -> dict[str, Any]:
         """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
-        return {**self.tags.to_json(), "question": self.current_text[:600], "previous_reply": self.previous_reply,
-                "turn": self.turn_index}
+        return {
+            **self.tags.to_json(),
+            "question": self.current_text[:600],
+            "previous_reply": self.previous_reply,
+            "turn": self.turn_index,
+        }
 
 
 @dataclass(frozen=True, slots=True)

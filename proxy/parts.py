@@ -62,19 +62,27 @@ async def _save_snapshot(index: HnswIndex, path: Path, stamp: str) -> None:
 
 def load_policy_for(s: Settings) -> Policy:
     policy = load_policy(s.policy_file)
-    check_embedding_model(policy, s.embedding_model,
-                          shipped_fallback=s.policy is None and s.policy_file == DEFAULT_POLICY)
+    check_embedding_model(
+        policy, s.embedding_model, shipped_fallback=s.policy is None and s.policy_file == DEFAULT_POLICY
+    )
     return policy
 
 
 async def load_backend(s: Settings) -> SyncEmbedder:
-    return await asyncio.to_thread(load_embedder, s.embedding_model, s.models_root,
-                                   threads=s.embed_threads or None, auto_install=True)
+    return await asyncio.to_thread(
+        load_embedder, s.embedding_model, s.models_root, threads=s.embed_threads or None, auto_install=True
+    )
 
 
 @contextlib.asynccontextmanager
-async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backend: SyncEmbedder | None = None,
-                     policy: Policy | None = None) -> AsyncIterator[Parts]:
+async def open_parts(
+    s: Settings,
+    *,
+    upstream_url: str,
+    metrics: Metrics,
+    backend: SyncEmbedder | None = None,
+    policy: Policy | None = None,
+) -> AsyncIterator[Parts]:
     backend = backend or await load_backend(s)
     embedder = BatchingEmbedder(backend, max_batch=s.embed_max_batch, max_wait_s=s.embed_max_wait_ms / 1000)
     policy = policy or load_policy_for(s)
@@ -90,19 +98,29 @@ async def open_parts(s: Settings, *, upstream_url: str, metrics: Metrics, backen
         classifier = await IntentClassifier.build(policy, embedder)
         cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
         stamp = f"{s.embedding_model} dim={backend.dim} store={await store.store_id()}"
-        loaded = await cache.load(snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim,
-                                                                   stamp))
+        loaded = await cache.load(
+            snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
+        )
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         box = PolicyBox(policy, classifier)
         signer = ContextSigner(embedder, classifier, SignerSettings())
         chat = ChatService(
-            cache=cache, signer=signer, policy_box=box, upstream=upstream, flavour=flavour,
+            cache=cache,
+            signer=signer,
+            policy_box=box,
+            upstream=upstream,
+            flavour=flavour,
             # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks
             # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/upstream/test_engine.py)
-            slot_count=None, metrics=metrics,
-            judge=judge, debug_headers=s.debug_headers, regenerate_window=s.regenerate_window,
-            coalescer=Coalescer() if s.coalesce else None, prewarmer=prewarmer, prewarm_all=s.prewarm,
+            slot_count=None,
+            metrics=metrics,
+            judge=judge,
+            debug_headers=s.debug_headers,
+            regenerate_window=s.regenerate_window,
+            coalescer=Coalescer() if s.coalesce else None,
+            prewarmer=prewarmer,
+            prewarm_all=s.prewarm,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded)
         await _save_snapshot(cache.index, s.index_snapshot_path, stamp)

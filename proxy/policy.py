@@ -34,9 +34,18 @@ _REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "half_hit", 
 _OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm", "restatement")
 _INTENT_ONLY = ("exemplars", "keywords", "force")
 _BUILTIN: Mapping[str, Any] = MappingProxyType(
-    {"global_safe": False, "feedback_floor": 0.0, "prewarm": False, "restatement": False, "exemplars": (),
-     "keywords": (), "force": False}
+    {
+        "global_safe": False,
+        "feedback_floor": 0.0,
+        "prewarm": False,
+        "restatement": False,
+        "exemplars": (),
+        "keywords": (),
+        "force": False,
+    }
 )
+
+
 class PolicyError(ValueError):
     """A policy file that cannot be used; says where and how to fix it."""
 
@@ -132,8 +141,9 @@ def load_policy(path: Path) -> Policy:
     except yaml.YAMLError as exc:
         raise PolicyError(source, "(yaml)", f"not valid YAML: {_yaml_reason(exc)}") from exc
     if not isinstance(data, Mapping):
-        raise PolicyError(source, "(top level)", f"expected a mapping with version, defaults and "
-                          f"intents, got {_type_name(data)}")
+        raise PolicyError(
+            source, "(top level)", f"expected a mapping with version, defaults and intents, got {_type_name(data)}"
+        )
     return parse_policy(data, source)
 
 
@@ -141,8 +151,11 @@ def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
     _only_keys(data, ("version", "embedding_model", "classifier", "defaults", "intents"), "", source)
     version = _required(data, "version", "", source)
     if not isinstance(version, str) or not version.strip():
-        raise PolicyError(source, "version", f"expected a non-empty string, got {_describe(version)}; "
-                          "quote it, e.g. version: \"2024-06-01\"")
+        raise PolicyError(
+            source,
+            "version",
+            f'expected a non-empty string, got {_describe(version)}; quote it, e.g. version: "2024-06-01"',
+        )
     defaults = _defaults_block(_section(data, "defaults", source, required=True), source)
     # Built before the intents so a bad default is reported against `defaults`, not its heirs.
     defaults_policy = _build_intent("defaults", defaults, "defaults", source)
@@ -150,10 +163,12 @@ def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
     classifier = _classifier(_section(data, "classifier", source, required=False), source)
     model = data.get("embedding_model")
     if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise PolicyError(source, "embedding_model", f"expected the name of an embedding pack, got "
-                          f"{_describe(model)}; e.g. embedding_model: use-multilingual")
-    return Policy(version.strip(), defaults_policy, intents, classifier, source,
-                  model.strip() if model else None)
+        raise PolicyError(
+            source,
+            "embedding_model",
+            f"expected the name of an embedding pack, got {_describe(model)}; e.g. embedding_model: use-multilingual",
+        )
+    return Policy(version.strip(), defaults_policy, intents, classifier, source, model.strip() if model else None)
 
 
 def check_embedding_model(policy: Policy, model: str, *, shipped_fallback: bool = False) -> None:
@@ -165,14 +180,22 @@ def check_embedding_model(policy: Policy, model: str, *, shipped_fallback: bool 
         return
     calibrate = f"smartcache calibrate TRACES --embedding-model {model} --out FILE"
     if shipped_fallback:
-        raise PolicyError(policy.source, "embedding_model", f"no policy is shipped for embedding model "
-                          f"'{model}', and the default one was calibrated for '{policy.embedding_model}'; "
-                          f"similarity scales differ between models. Calibrate one ({calibrate}) and set "
-                          f"policy: FILE, or run with embedding_model: {policy.embedding_model}")
-    raise PolicyError(policy.source, "embedding_model", f"this policy was calibrated for "
-                      f"'{policy.embedding_model}' but the cache embeds with '{model}'; similarity scales "
-                      f"differ between models. Leave `policy` unset to use the one shipped for the pack, "
-                      f"calibrate one ({calibrate}), or run with embedding_model: {policy.embedding_model}")
+        raise PolicyError(
+            policy.source,
+            "embedding_model",
+            f"no policy is shipped for embedding model "
+            f"'{model}', and the default one was calibrated for '{policy.embedding_model}'; "
+            f"similarity scales differ between models. Calibrate one ({calibrate}) and set "
+            f"policy: FILE, or run with embedding_model: {policy.embedding_model}",
+        )
+    raise PolicyError(
+        policy.source,
+        "embedding_model",
+        f"this policy was calibrated for "
+        f"'{policy.embedding_model}' but the cache embeds with '{model}'; similarity scales "
+        f"differ between models. Leave `policy` unset to use the one shipped for the pack, "
+        f"calibrate one ({calibrate}), or run with embedding_model: {policy.embedding_model}",
+    )
 
 
 def _defaults_block(block: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -185,15 +208,16 @@ def _defaults_block(block: Mapping[str, Any], source: str) -> dict[str, Any]:
     return {key: _coerce(key, value, f"defaults.{key}", source) for key, value in block.items()}
 
 
-def _intents(
-    block: Mapping[str, Any], defaults: Mapping[str, Any], source: str
-) -> Mapping[str, IntentPolicy]:
+def _intents(block: Mapping[str, Any], defaults: Mapping[str, Any], source: str) -> Mapping[str, IntentPolicy]:
     resolved: dict[str, IntentPolicy] = {}
     for name, body in block.items():
         where = f"intents.{name}"
         if not isinstance(name, str) or not _INTENT_NAME.match(name):
-            raise PolicyError(source, where, "intent names are lower-case letters, digits and '_', "
-                              "starting with a letter (at most 40 characters)")
+            raise PolicyError(
+                source,
+                where,
+                "intent names are lower-case letters, digits and '_', starting with a letter (at most 40 characters)",
+            )
         if body is None:
             body = {}
         if not isinstance(body, Mapping):
@@ -202,8 +226,11 @@ def _intents(
         own = {key: _coerce(key, value, f"{where}.{key}", source) for key, value in body.items()}
         resolved[name] = _build_intent(name, {**defaults, **own}, where, source)
     if GENERAL not in resolved:
-        raise PolicyError(source, f"intents.{GENERAL}", "missing; every policy needs a 'general' intent, "
-                          "the fallback for turns no other intent claims")
+        raise PolicyError(
+            source,
+            f"intents.{GENERAL}",
+            "missing; every policy needs a 'general' intent, the fallback for turns no other intent claims",
+        )
     _check_forced_keywords(resolved, source)
     return MappingProxyType(resolved)
 
@@ -211,33 +238,56 @@ def _intents(
 def _build_intent(name: str, merged: Mapping[str, Any], where: str, source: str) -> IntentPolicy:
     values = {**_BUILTIN, "widen_to": merged["scope"], **merged}
     if values["accept"] < values["candidate"]:
-        raise PolicyError(source, f"{where}.accept", f"accept ({values['accept']}) is below candidate "
-                          f"({values['candidate']}); accept must be >= candidate: raise accept or lower "
-                          "candidate")
+        raise PolicyError(
+            source,
+            f"{where}.accept",
+            f"accept ({values['accept']}) is below candidate "
+            f"({values['candidate']}); accept must be >= candidate: raise accept or lower "
+            "candidate",
+        )
     _check_pools(values, where, source)
     if values["force"] and not values["keywords"]:
-        raise PolicyError(source, f"{where}.force", "force: true needs at least one keyword to force on; "
-                          "add keywords or set force: false")
+        raise PolicyError(
+            source,
+            f"{where}.force",
+            "force: true needs at least one keyword to force on; add keywords or set force: false",
+        )
     if where != "defaults" and name != GENERAL and not values["exemplars"] and not values["keywords"]:
-        raise PolicyError(source, f"{where}.exemplars", "the intent has neither exemplars nor keywords, so "
-                          "the classifier can never choose it; add exemplar utterances")
+        raise PolicyError(
+            source,
+            f"{where}.exemplars",
+            "the intent has neither exemplars nor keywords, so "
+            "the classifier can never choose it; add exemplar utterances",
+        )
     return IntentPolicy(name=name, **values)
 
 
 def _check_pools(values: Mapping[str, Any], where: str, source: str) -> None:
     scope, widen_to = values["scope"], values["widen_to"]
     if scope == "global" and not values["global_safe"]:
-        raise PolicyError(source, f"{where}.scope", "scope 'global' shares answers across tenants and "
-                          "needs global_safe: true; set it only for answers proven safe for everyone, "
-                          "else use 'tenant'")
+        raise PolicyError(
+            source,
+            f"{where}.scope",
+            "scope 'global' shares answers across tenants and "
+            "needs global_safe: true; set it only for answers proven safe for everyone, "
+            "else use 'tenant'",
+        )
     if SCOPES.index(widen_to) < SCOPES.index(scope):
-        raise PolicyError(source, f"{where}.widen_to", f"widen_to '{widen_to}' is narrower than scope "
-                          f"'{scope}', so the intent could never read its own answers; set widen_to to "
-                          f"'{scope}' or wider")
+        raise PolicyError(
+            source,
+            f"{where}.widen_to",
+            f"widen_to '{widen_to}' is narrower than scope "
+            f"'{scope}', so the intent could never read its own answers; set widen_to to "
+            f"'{scope}' or wider",
+        )
     if widen_to == "global" and not values["global_safe"]:
-        raise PolicyError(source, f"{where}.widen_to", "widen_to 'global' serves answers across tenants and "
-                          "needs global_safe: true; set it only for answers proven safe for everyone, "
-                          "else widen to 'tenant'")
+        raise PolicyError(
+            source,
+            f"{where}.widen_to",
+            "widen_to 'global' serves answers across tenants and "
+            "needs global_safe: true; set it only for answers proven safe for everyone, "
+            "else widen to 'tenant'",
+        )
 
 
 def _check_forced_keywords(intents: Mapping[str, IntentPolicy], source: str) -> None:
@@ -249,15 +299,20 @@ def _check_forced_keywords(intents: Mapping[str, IntentPolicy], source: str) -> 
         for keyword in intent.keywords:
             folded = keyword.casefold()
             if folded in owner:
-                raise PolicyError(source, f"intents.{intent.name}.keywords", f"keyword {keyword!r} also "
-                                  f"forces intent '{owner[folded]}'; a forced keyword must belong to one "
-                                  "intent")
+                raise PolicyError(
+                    source,
+                    f"intents.{intent.name}.keywords",
+                    f"keyword {keyword!r} also "
+                    f"forces intent '{owner[folded]}'; a forced keyword must belong to one "
+                    "intent",
+                )
             owner[folded] = intent.name
 
 
 def _classifier(block: Mapping[str, Any], source: str) -> ClassifierSettings:
-    _only_keys(block, ("min_similarity", "margin", "followup_max_chars", "topic_switch_similarity"), "classifier",
-               source)
+    _only_keys(
+        block, ("min_similarity", "margin", "followup_max_chars", "topic_switch_similarity"), "classifier", source
+    )
     values = {key: _coerce(key, value, f"classifier.{key}", source) for key, value in block.items()}
     return ClassifierSettings(**values)
 
@@ -319,19 +374,37 @@ def _as_texts(value: Any) -> tuple[str, ...]:
         raise _Bad(f"expected a list of strings, got {_describe(value)}")
     for item in value:
         if not isinstance(item, str) or not item.strip():
-            raise _Bad(f"expected non-empty strings, got {_describe(item)}; quote values such as yes, "
-                       "no, on or 1.5 so YAML keeps them as text")
+            raise _Bad(
+                f"expected non-empty strings, got {_describe(item)}; quote values such as yes, "
+                "no, on or 1.5 so YAML keeps them as text"
+            )
     return tuple(item.strip() for item in value)
 
 
 _SCOPE, _HALF_HIT = _choice(SCOPES), _choice(HALF_HITS)
 _CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
-    {"cache": _as_bool, "accept": _as_unit, "candidate": _as_unit, "direct_hit": _as_bool,
-     "half_hit": _HALF_HIT, "validate": _as_checks, "ttl": _as_positive_int, "scope": _SCOPE,
-     "widen_to": _SCOPE, "global_safe": _as_bool, "feedback_floor": _as_unit, "prewarm": _as_bool,
-     "restatement": _as_bool,
-     "exemplars": _as_texts, "keywords": _as_texts, "force": _as_bool, "min_similarity": _as_unit,
-     "margin": _as_unit, "followup_max_chars": _as_positive_int, "topic_switch_similarity": _as_unit}
+    {
+        "cache": _as_bool,
+        "accept": _as_unit,
+        "candidate": _as_unit,
+        "direct_hit": _as_bool,
+        "half_hit": _HALF_HIT,
+        "validate": _as_checks,
+        "ttl": _as_positive_int,
+        "scope": _SCOPE,
+        "widen_to": _SCOPE,
+        "global_safe": _as_bool,
+        "feedback_floor": _as_unit,
+        "prewarm": _as_bool,
+        "restatement": _as_bool,
+        "exemplars": _as_texts,
+        "keywords": _as_texts,
+        "force": _as_bool,
+        "min_similarity": _as_unit,
+        "margin": _as_unit,
+        "followup_max_chars": _as_positive_int,
+        "topic_switch_similarity": _as_unit,
+    }
 )
 
 
@@ -397,8 +470,15 @@ def _join(where: str, key: str) -> str:
 
 
 def _type_name(value: Any) -> str:
-    return {type(None): "nothing", bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "nothing",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _describe(value: Any) -> str:

@@ -14,6 +14,8 @@ from typing import Any, get_args, get_type_hints
 import yaml
 
 FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
+
+
 def _policies_dir() -> Path:
     """Shipped policies: package data of an installed wheel (proxy/policies), else the checkout's
     top-level policies/ (where an editable install and the tests read them)."""

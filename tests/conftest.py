@@ -64,8 +64,9 @@ class Proxy:
         return str(self.server.make_url("/v1"))
 
     def client(self, api_key: str = "key-A", **headers: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30,
-                                  default_headers=headers or None)
+        return openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30, default_headers=headers or None
+        )
 
     async def stop(self) -> None:
         await self.server.close()
@@ -75,13 +76,19 @@ ProxyFactory = Callable[..., Awaitable[Proxy]]
 
 
 @pytest.fixture
-async def make_proxy(tmp_path: Path, model_home: Path, sync_embedder: SyncEmbedder,
-                     upstream: Upstream) -> AsyncIterator[ProxyFactory]:
+async def make_proxy(
+    tmp_path: Path, model_home: Path, sync_embedder: SyncEmbedder, upstream: Upstream
+) -> AsyncIterator[ProxyFactory]:
     started: list[Proxy] = []
 
     async def factory(**overrides: Any) -> Proxy:
-        values: dict[str, Any] = {"upstream": upstream.url, "data_dir": tmp_path / "data", "model_home": model_home,
-                                  "ready_after": 0.0, "upstream_timeout": 5.0}
+        values: dict[str, Any] = {
+            "upstream": upstream.url,
+            "data_dir": tmp_path / "data",
+            "model_home": model_home,
+            "ready_after": 0.0,
+            "upstream_timeout": 5.0,
+        }
         values.update(overrides)
         settings = load_settings(environ={}, overrides=values)
         server = TestServer(create_app(settings, backend=sync_embedder), host="127.0.0.1")

@@ -33,8 +33,12 @@ class Script:
 def _usage(body: dict[str, Any], text: str) -> dict[str, Any]:
     prompt = sum(len(str(m.get("content", ""))) for m in body["messages"]) // 4 + 1
     completion = len(text) // 4 + 1
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def scripted_app(script: Script) -> web.Application:
@@ -45,33 +49,57 @@ def scripted_app(script: Script) -> web.Application:
         if script.delay:
             await asyncio.sleep(script.delay)
         if script.mode == "error500":
-            return web.json_response({"error": {"message": "engine exploded", "type": "server_error",
-                                                "param": None, "code": "boom"}}, status=500)
+            return web.json_response(
+                {"error": {"message": "engine exploded", "type": "server_error", "param": None, "code": "boom"}},
+                status=500,
+            )
         if script.mode == "error400":
-            return web.json_response({"error": {"message": "context too long", "type": "invalid_request_error",
-                                                "param": "messages", "code": "context_length_exceeded"}},
-                                     status=400)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "context too long",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                status=400,
+            )
         text = script.answer_for(body)
         finish = "length" if script.mode == "length" else "stop"
         if body.get("stream"):
             return await _stream(request, body, text, finish, cut=script.mode == "cut")
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if script.mode == "toolcall":
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
             finish = "tool_calls"
-        return web.json_response({
-            "id": f"chatcmpl-up{script.counter}", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": _usage(body, text)})
+        return web.json_response(
+            {
+                "id": f"chatcmpl-up{script.counter}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": _usage(body, text),
+            }
+        )
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
     async def embeddings(request: web.Request) -> web.Response:
         body = await request.json()
-        return web.json_response({"object": "list", "data": [{"object": "embedding", "index": 0,
-                                                              "embedding": [0.1, 0.2]}], "model": body["model"]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+                "model": body["model"],
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
@@ -80,18 +108,24 @@ def scripted_app(script: Script) -> web.Application:
     return app
 
 
-async def _stream(request: web.Request, body: dict[str, Any], text: str, finish: str, *, cut: bool
-                  ) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, body: dict[str, Any], text: str, finish: str, *, cut: bool
+) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    base = {"id": "chatcmpl-upstream", "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": body["model"]}
+    base = {
+        "id": "chatcmpl-upstream",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body["model"],
+    }
 
     async def send(obj: dict[str, Any]) -> None:
         await resp.write(f"data: {json.dumps(obj)}\n\n".encode())
 
-    await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "finish_reason": None}]})
+    await send(
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    )
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
     for i, piece in enumerate(pieces):
         await send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})

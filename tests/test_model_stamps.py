@@ -27,17 +27,45 @@ from tests.e2e.test_e2e_core import ask, chat
 
 def make_record(dim: int) -> Record:
     vec = (np.ones(dim, dtype=np.float32) / np.sqrt(dim)).tobytes()
-    return Record(cache_id="c1", tenant="t", user=None, scope="session", session="s", namespace="n",
-                  context_fingerprint="f", intent="general", coarse_tags={}, vector=vec, qvector=vec,
-                  answer_text="a", key_facts={}, model="m", system_prompt_version="v", policy_version="p",
-                  request_hash="h", state="ready", expires_at=1e12)
+    return Record(
+        cache_id="c1",
+        tenant="t",
+        user=None,
+        scope="session",
+        session="s",
+        namespace="n",
+        context_fingerprint="f",
+        intent="general",
+        coarse_tags={},
+        vector=vec,
+        qvector=vec,
+        answer_text="a",
+        key_facts={},
+        model="m",
+        system_prompt_version="v",
+        policy_version="p",
+        request_hash="h",
+        state="ready",
+        expires_at=1e12,
+    )
 
 
 def minimal(**top: object) -> dict[str, object]:
-    return {"version": "t1", "defaults": {"cache": True, "accept": 0.9, "candidate": 0.85, "direct_hit": True,
-                                          "half_hit": "incremental", "validate": [], "ttl": 60,
-                                          "scope": "session"},
-            "intents": {"general": {}}, **top}
+    return {
+        "version": "t1",
+        "defaults": {
+            "cache": True,
+            "accept": 0.9,
+            "candidate": 0.85,
+            "direct_hit": True,
+            "half_hit": "incremental",
+            "validate": [],
+            "ttl": 60,
+            "scope": "session",
+        },
+        "intents": {"general": {}},
+        **top,
+    }
 
 
 def test_policy_declares_its_model_and_topic_switch_scale() -> None:
@@ -48,11 +76,14 @@ def test_policy_declares_its_model_and_topic_switch_scale() -> None:
     assert parse_policy(minimal(), "mem.yaml").embedding_model is None
 
 
-@pytest.mark.parametrize(("top", "key"), [
-    ({"embedding_model": ""}, "embedding_model"),
-    ({"embedding_model": 3}, "embedding_model"),
-    ({"classifier": {"topic_switch_similarity": 1.5}}, "classifier.topic_switch_similarity"),
-])
+@pytest.mark.parametrize(
+    ("top", "key"),
+    [
+        ({"embedding_model": ""}, "embedding_model"),
+        ({"embedding_model": 3}, "embedding_model"),
+        ({"classifier": {"topic_switch_similarity": 1.5}}, "classifier.topic_switch_similarity"),
+    ],
+)
 def test_bad_model_stamps_are_refused_naming_the_key(top: dict[str, object], key: str) -> None:
     with pytest.raises(PolicyError) as err:
         parse_policy(minimal(**top), "mem.yaml")
@@ -81,8 +112,11 @@ def test_unset_policy_follows_the_embedding_model(tmp_path: Path) -> None:
 
 
 def test_a_policy_for_another_model_is_refused_with_the_fix(tmp_path: Path) -> None:
-    other = next(p.stem for p in [*POLICIES.glob("*.yaml"), DEFAULT_POLICY]
-                 if load_policy(p).embedding_model != load_settings(environ={}).embedding_model)
+    other = next(
+        p.stem
+        for p in [*POLICIES.glob("*.yaml"), DEFAULT_POLICY]
+        if load_policy(p).embedding_model != load_settings(environ={}).embedding_model
+    )
     s = load_settings(environ={}, overrides={"policy": shipped_policy(other)})
     with pytest.raises(PolicyError) as err:
         load_policy_for(s)
@@ -123,8 +157,9 @@ async def test_store_is_stamped_and_refuses_another_model(tmp_path: Path) -> Non
     await store.close()
 
 
-async def test_open_parts_refuses_a_cache_built_with_another_model(tmp_path: Path, model_home: Path,
-                                                                   sync_embedder: object) -> None:
+async def test_open_parts_refuses_a_cache_built_with_another_model(
+    tmp_path: Path, model_home: Path, sync_embedder: object
+) -> None:
     from proxy.embedding.backends import SyncEmbedder
 
     assert isinstance(sync_embedder, SyncEmbedder)
@@ -143,19 +178,29 @@ async def test_open_parts_refuses_a_cache_built_with_another_model(tmp_path: Pat
 
 
 async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_model(
-        tmp_path: Path, model_home: Path, upstream: Upstream) -> None:
+    tmp_path: Path, model_home: Path, upstream: Upstream
+) -> None:
     """The USE pack with no policy set runs under the policy shipped for it; the data dir it wrote is
     then refused to the default pack at start, before any request is answered."""
     install_pack("use-multilingual", model_home, progress=False)
-    base = {"upstream": upstream.url, "data_dir": tmp_path / "data", "model_home": model_home,
-            "ready_after": 0.0, "upstream_timeout": 5.0}
+    base = {
+        "upstream": upstream.url,
+        "data_dir": tmp_path / "data",
+        "model_home": model_home,
+        "ready_after": 0.0,
+        "upstream_timeout": 5.0,
+    }
     settings = load_settings(environ={}, overrides={**base, "embedding_model": "use-multilingual"})
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
         assert server.app[keys.POLICY_BOX].policy.embedding_model == "use-multilingual"
-        client = openai.AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="k", max_retries=0,
-                                    default_headers={"x-smartcache-session": "s1"})
+        client = openai.AsyncOpenAI(
+            base_url=str(server.make_url("/v1")),
+            api_key="k",
+            max_retries=0,
+            default_headers={"x-smartcache-session": "s1"},
+        )
         status, first, _ = await chat(client, ask("What is the tallest mountain in Europe?"))
         assert status == "miss"
         status, again, _ = await chat(client, ask("what is the tallest mountain in europe"))
@@ -184,19 +229,26 @@ def test_an_installed_wheel_layout_finds_the_shipped_policies(tmp_path: Path) ->
     site = tmp_path / "site"
     shutil.copytree(root / "proxy", site / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(root / "policies", site / "proxy" / "policies")
-    code = ("from proxy.settings import load_settings; from proxy.parts import load_policy_for\n"
-            "for m in ('e5-small-multilingual', 'use-multilingual'):\n"
-            "    s = load_settings(environ={}, overrides={'embedding_model': m})\n"
-            "    print(s.policy_file, load_policy_for(s).embedding_model)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    code = (
+        "from proxy.settings import load_settings; from proxy.parts import load_policy_for\n"
+        "for m in ('e5-small-multilingual', 'use-multilingual'):\n"
+        "    s = load_settings(environ={}, overrides={'embedding_model': m})\n"
+        "    print(s.policy_file, load_policy_for(s).embedding_model)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for line, model in zip(out, ("e5-small-multilingual", "use-multilingual"), strict=True):
         path, stamp = line.split()
         assert Path(path).is_relative_to(site / "proxy" / "policies") and stamp == model
 
 
-async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was_written_with(
-        tmp_path: Path) -> None:
+async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was_written_with(tmp_path: Path) -> None:
     path = tmp_path / "cache.sqlite3"
     store = await SqliteStore.open(path)
     await store.insert(make_record(dim=384))  # written by a version that stamped nothing

@@ -23,8 +23,19 @@ from proxy.text.phrases import keyword_intent
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
 REQUIRED_INTENTS = (
-    "chitchat", "travel", "shopping", "after_sales", "customer_support", "refund", "logistics", "code",
-    "doc_rewrite", "legal", "realtime", "medical", "general",
+    "chitchat",
+    "travel",
+    "shopping",
+    "after_sales",
+    "customer_support",
+    "refund",
+    "logistics",
+    "code",
+    "doc_rewrite",
+    "legal",
+    "realtime",
+    "medical",
+    "general",
 )
 HAN = re.compile(r"[\u4e00-\u9fff]")
 
@@ -49,8 +60,16 @@ def shipped_data() -> dict[str, Any]:
 def minimal(**intents: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": "t1",
-        "defaults": {"cache": True, "accept": 0.9, "candidate": 0.85, "direct_hit": True,
-                     "half_hit": "incremental", "validate": ["entities"], "ttl": 60, "scope": "session"},
+        "defaults": {
+            "cache": True,
+            "accept": 0.9,
+            "candidate": 0.85,
+            "direct_hit": True,
+            "half_hit": "incremental",
+            "validate": ["entities"],
+            "ttl": 60,
+            "scope": "session",
+        },
         "intents": {"general": {}, **intents},
     }
 
@@ -209,59 +228,108 @@ def delete_path(dotted: str) -> Callable[[dict[str, Any]], None]:
 
 
 BROKEN = [
-    pytest.param(set_path("intents.travel.accept", "high"), "intents.travel.accept", "between 0 and 1",
-                 id="wrong-type-threshold"),
-    pytest.param(set_path("intents.code.direct_hit", "no"), "intents.code.direct_hit", "true or false",
-                 id="wrong-type-bool"),
+    pytest.param(
+        set_path("intents.travel.accept", "high"), "intents.travel.accept", "between 0 and 1", id="wrong-type-threshold"
+    ),
+    pytest.param(
+        set_path("intents.code.direct_hit", "no"), "intents.code.direct_hit", "true or false", id="wrong-type-bool"
+    ),
     pytest.param(set_path("defaults.ttl", 1.5), "defaults.ttl", "whole number", id="wrong-type-ttl"),
-    pytest.param(set_path("intents.travel.keywords", "hotel"), "intents.travel.keywords", "list",
-                 id="wrong-type-list"),
-    pytest.param(set_path("intents.travel.keywords", ["hotel", False]), "intents.travel.keywords", "quote",
-                 id="yaml-boolean-keyword"),
+    pytest.param(set_path("intents.travel.keywords", "hotel"), "intents.travel.keywords", "list", id="wrong-type-list"),
+    pytest.param(
+        set_path("intents.travel.keywords", ["hotel", False]),
+        "intents.travel.keywords",
+        "quote",
+        id="yaml-boolean-keyword",
+    ),
     pytest.param(set_path("version", 3), "version", "quote it", id="wrong-type-version"),
-    pytest.param(set_path("intents.travel.acept", 0.9), "intents.travel.acept", "did you mean 'accept'",
-                 id="unknown-intent-key"),
-    pytest.param(set_path("defaults.cache_all", True), "defaults.cache_all", "unknown key",
-                 id="unknown-defaults-key"),
+    pytest.param(
+        set_path("intents.travel.acept", 0.9), "intents.travel.acept", "did you mean 'accept'", id="unknown-intent-key"
+    ),
+    pytest.param(set_path("defaults.cache_all", True), "defaults.cache_all", "unknown key", id="unknown-defaults-key"),
     pytest.param(set_path("intent", {}), "intent", "did you mean 'intents'", id="unknown-top-level-key"),
-    pytest.param(set_path("classifier.top_k", 3), "classifier.top_k", "unknown key",
-                 id="unknown-classifier-key"),
-    pytest.param(set_path("intents.shopping.accept", 0.80), "intents.shopping.accept", "below candidate",
-                 id="accept-below-candidate"),
-    pytest.param(set_path("defaults.candidate", 0.95), "defaults.accept", "below candidate",
-                 id="accept-below-candidate-in-defaults"),
-    pytest.param(set_path("intents.chitchat.candidate", 1.2), "intents.chitchat.candidate", "outside [0, 1]",
-                 id="threshold-above-one"),
-    pytest.param(set_path("defaults.feedback_floor", -0.1), "defaults.feedback_floor", "outside [0, 1]",
-                 id="threshold-below-zero"),
-    pytest.param(set_path("classifier.margin", 2), "classifier.margin", "outside [0, 1]",
-                 id="classifier-threshold-above-one"),
-    pytest.param(set_path("intents.travel.scope", "team"), "intents.travel.scope", "session, user, tenant",
-                 id="bad-scope"),
-    pytest.param(set_path("intents.code.half_hit", "partial"), "intents.code.half_hit", "incremental",
-                 id="bad-half-hit"),
-    pytest.param(set_path("intents.travel.validate", ["budget", "price"]), "intents.travel.validate",
-                 "unknown check 'price'", id="bad-validate-item"),
-    pytest.param(update_path("intents.travel", scope="tenant", widen_to="session"), "intents.travel.widen_to",
-                 "narrower", id="widen-narrower-than-scope"),
-    pytest.param(set_path("intents.chitchat.widen_to", "global"), "intents.chitchat.widen_to", "global_safe",
-                 id="global-widen-without-global-safe"),
-    pytest.param(set_path("intents.travel.scope", "global"), "intents.travel.scope", "global_safe",
-                 id="global-scope-without-global-safe"),
+    pytest.param(set_path("classifier.top_k", 3), "classifier.top_k", "unknown key", id="unknown-classifier-key"),
+    pytest.param(
+        set_path("intents.shopping.accept", 0.80),
+        "intents.shopping.accept",
+        "below candidate",
+        id="accept-below-candidate",
+    ),
+    pytest.param(
+        set_path("defaults.candidate", 0.95),
+        "defaults.accept",
+        "below candidate",
+        id="accept-below-candidate-in-defaults",
+    ),
+    pytest.param(
+        set_path("intents.chitchat.candidate", 1.2),
+        "intents.chitchat.candidate",
+        "outside [0, 1]",
+        id="threshold-above-one",
+    ),
+    pytest.param(
+        set_path("defaults.feedback_floor", -0.1),
+        "defaults.feedback_floor",
+        "outside [0, 1]",
+        id="threshold-below-zero",
+    ),
+    pytest.param(
+        set_path("classifier.margin", 2), "classifier.margin", "outside [0, 1]", id="classifier-threshold-above-one"
+    ),
+    pytest.param(
+        set_path("intents.travel.scope", "team"), "intents.travel.scope", "session, user, tenant", id="bad-scope"
+    ),
+    pytest.param(
+        set_path("intents.code.half_hit", "partial"), "intents.code.half_hit", "incremental", id="bad-half-hit"
+    ),
+    pytest.param(
+        set_path("intents.travel.validate", ["budget", "price"]),
+        "intents.travel.validate",
+        "unknown check 'price'",
+        id="bad-validate-item",
+    ),
+    pytest.param(
+        update_path("intents.travel", scope="tenant", widen_to="session"),
+        "intents.travel.widen_to",
+        "narrower",
+        id="widen-narrower-than-scope",
+    ),
+    pytest.param(
+        set_path("intents.chitchat.widen_to", "global"),
+        "intents.chitchat.widen_to",
+        "global_safe",
+        id="global-widen-without-global-safe",
+    ),
+    pytest.param(
+        set_path("intents.travel.scope", "global"),
+        "intents.travel.scope",
+        "global_safe",
+        id="global-scope-without-global-safe",
+    ),
     pytest.param(delete_path("intents.general"), "intents.general", "fallback", id="missing-general"),
     pytest.param(delete_path("defaults.ttl"), "defaults.ttl", "required", id="missing-default"),
     pytest.param(delete_path("version"), "version", "required", id="missing-version"),
-    pytest.param(set_path("defaults.keywords", ["x"]), "defaults.keywords", "per intent",
-                 id="keywords-in-defaults"),
-    pytest.param(set_path("intents.Travel", {"keywords": ["x"]}), "intents.Travel", "lower-case",
-                 id="bad-intent-name"),
+    pytest.param(set_path("defaults.keywords", ["x"]), "defaults.keywords", "per intent", id="keywords-in-defaults"),
+    pytest.param(set_path("intents.Travel", {"keywords": ["x"]}), "intents.Travel", "lower-case", id="bad-intent-name"),
     pytest.param(set_path("intents.travel", ["a"]), "intents.travel", "mapping", id="intent-not-a-mapping"),
-    pytest.param(set_path("intents.leave_email.keywords", ["请假", "今天"]), "intents.leave_email.keywords",
-                 "also forces intent 'realtime'", id="forced-keyword-shared"),
-    pytest.param(set_path("intents.empty", {"accept": 0.95}), "intents.empty.exemplars", "never choose it",
-                 id="unreachable-intent"),
-    pytest.param(set_path("intents.loud", {"force": True, "exemplars": ["x"]}), "intents.loud.force",
-                 "at least one keyword", id="force-without-keywords"),
+    pytest.param(
+        set_path("intents.leave_email.keywords", ["请假", "今天"]),
+        "intents.leave_email.keywords",
+        "also forces intent 'realtime'",
+        id="forced-keyword-shared",
+    ),
+    pytest.param(
+        set_path("intents.empty", {"accept": 0.95}),
+        "intents.empty.exemplars",
+        "never choose it",
+        id="unreachable-intent",
+    ),
+    pytest.param(
+        set_path("intents.loud", {"force": True, "exemplars": ["x"]}),
+        "intents.loud.force",
+        "at least one keyword",
+        id="force-without-keywords",
+    ),
 ]
 
 
@@ -290,8 +358,7 @@ RAW = [
     pytest.param("version: '1'\nintents: [\n", "(yaml)", "line", id="syntax-error"),
     pytest.param("", "(top level)", "nothing", id="empty-file"),
     pytest.param("- a\n- b\n", "(top level)", "a list", id="top-level-list"),
-    pytest.param("version: '1'\ndefaults:\nintents: {}\n", "defaults", "non-empty mapping",
-                 id="empty-defaults"),
+    pytest.param("version: '1'\ndefaults:\nintents: {}\n", "defaults", "non-empty mapping", id="empty-defaults"),
 ]
 
 

@@ -54,9 +54,11 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) ->
     question = str(tags.get("question", ""))
     if question and question != sig.current_text and reordered(sig.current_text, question):
         return "reordered_words"
-    if not restated and context_dependent(sig.current_text) and text_similarity(
-        sig.previous_reply, str(tags.get("previous_reply", ""))
-    ) < CONTEXT_REPLY_SIMILARITY:
+    if (
+        not restated
+        and context_dependent(sig.current_text)
+        and text_similarity(sig.previous_reply, str(tags.get("previous_reply", ""))) < CONTEXT_REPLY_SIMILARITY
+    ):
         return "context_differs"
     return None
 
@@ -108,5 +110,11 @@ def _restated(survivors: Sequence[Candidate], sig: Signature, policy: IntentPoli
     opened alike. The score zones are for judging by similarity; every other net still runs."""
     if not (policy.restatement and sig.restates_previous):
         return None
-    return next((c for c in survivors if c.same_session and c.turn_gap == 1
-                 and fold_space(c.record.answer_text) == sig.restated_answer), None)
+    return next(
+        (
+            c
+            for c in survivors
+            if c.same_session and c.turn_gap == 1 and fold_space(c.record.answer_text) == sig.restated_answer
+        ),
+        None,
+    )

@@ -66,8 +66,8 @@ class BatchingEmbedder:
         while size < self.max_batch:
             remaining = deadline - loop.time()
             try:
-                job = self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(
-                    self._queue.get(), remaining
+                job = (
+                    self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self._queue.get(), remaining)
                 )
             except (asyncio.QueueEmpty, TimeoutError):
                 break

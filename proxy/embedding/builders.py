@@ -27,16 +27,17 @@ def _build_use(source: Path, out: Path) -> dict[str, Any]:
         [_copy_node(node, ["pieces", "splits"])],
         "use_tokenizer",
         [helper.make_tensor_value_info(text, TensorProto.STRING, [None])],
-        [helper.make_tensor_value_info("pieces", TensorProto.INT32, [None]),
-         helper.make_tensor_value_info("splits", TensorProto.INT64, [None])],
+        [
+            helper.make_tensor_value_info("pieces", TensorProto.INT32, [None]),
+            helper.make_tensor_value_info("splits", TensorProto.INT64, [None]),
+        ],
         constants,
     )
     opsets = [helper.make_opsetid("", 12), helper.make_opsetid(node.domain, 1)]
     onnx.save(helper.make_model(graph, opset_imports=opsets), str(out / "tokenizer.onnx"))
     # a deep averaging network has no window; past a few hundred pieces the current question
     # is averaged away, so the signer treats it like the windowed models
-    return {"kind": "string-onnx", "model_file": "model.onnx", "tokenizer_file": "tokenizer.onnx",
-            "max_tokens": 512}
+    return {"kind": "string-onnx", "model_file": "model.onnx", "tokenizer_file": "tokenizer.onnx", "max_tokens": 512}
 
 
 def _copy_node(node: Any, outputs: list[str]) -> Any:

@@ -128,9 +128,18 @@ def _linear(g: Graph, image: E5Image, x: str, prefix: str, n_out: int, n_in: int
     blocks = image.blocks(prefix + ".w", n_in)
     weights = np.concatenate([blocks["qs"] & 0x0F, blocks["qs"] >> 4], axis=-1)  # weight order
     packed = (weights[..., 0::2] | (weights[..., 1::2] << 4)).astype(np.uint8)  # MatMulNBits order
-    y = g.op("MatMulNBits", x, g.const(packed), g.const(blocks["d"].reshape(-1), np.float32),
-             domain="com.microsoft", K=n_in, N=n_out, bits=4, block_size=_QK,
-             accuracy_level=_E5_ACCURACY_LEVEL)
+    y = g.op(
+        "MatMulNBits",
+        x,
+        g.const(packed),
+        g.const(blocks["d"].reshape(-1), np.float32),
+        domain="com.microsoft",
+        K=n_in,
+        N=n_out,
+        bits=4,
+        block_size=_QK,
+        accuracy_level=_E5_ACCURACY_LEVEL,
+    )
     return g.op("Add", y, g.const(image.floats(prefix + ".b")))
 
 
@@ -156,8 +165,9 @@ def embeddings(g: Graph, image: E5Image) -> str:
     length = g.op("Gather", g.op("Shape", "input_ids"), g.const(1), axis=0)
     positions = g.op("Range", g.const(0), length, g.const(1))
     table = g.const(image.floats("emb.pos").reshape(image.shape["positions"], hidden))
-    position_and_type = g.op("Add", g.op("Gather", table, positions, axis=0),
-                             g.const(image.floats("emb.type")[:hidden]))
+    position_and_type = g.op(
+        "Add", g.op("Gather", table, positions, axis=0), g.const(image.floats("emb.type")[:hidden])
+    )
     return _layer_norm(g, image, g.op("Add", word, position_and_type), "emb.ln")
 
 
@@ -196,10 +206,13 @@ def e5_onnx(image: E5Image) -> Any:
     for layer in range(image.shape["layers"]):
         x = encoder_layer(g, image, x, layer, mask_bias)
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"]))
-    ids = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
-           for n in ("input_ids", "attention_mask")]
-    out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                        ["batch", "tokens", image.shape["hidden"]])
+    ids = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
+        for n in ("input_ids", "attention_mask")
+    ]
+    out = helper.make_tensor_value_info(
+        "last_hidden_state", TensorProto.FLOAT, ["batch", "tokens", image.shape["hidden"]]
+    )
     graph = helper.make_graph(g.nodes, "multilingual_e5_small_q4", ids, [out], g.initializers)
     opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets, producer_name="smartcache")
@@ -270,5 +283,10 @@ def build_e5(source: Path, out: Path) -> dict[str, Any]:
     special = {f"{role}_token": image.pieces[index][0] for role, index in image.special.items()}
     config = {"model_max_length": image.shape["positions"], **special}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return {"kind": "fastembed", "model_file": "model.onnx", "dim": image.shape["hidden"],
-            "pooling": "MEAN", "query_prefix": "query: "}
+    return {
+        "kind": "fastembed",
+        "model_file": "model.onnx",
+        "dim": image.shape["hidden"],
+        "pooling": "MEAN",
+        "query_prefix": "query: ",
+    }

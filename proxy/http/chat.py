@@ -115,11 +115,24 @@ class Relayed:
 
 
 class ChatService:
-    def __init__(self, *, cache: SemanticCache, signer: ContextSigner, policy_box: PolicyBox,
-                 upstream: Upstream, flavour: str, slot_count: int | None, metrics: Metrics,
-                 judge: HitJudge, debug_headers: bool, regenerate_window: float = 600.0,
-                 coalescer: coalesce.Coalescer | None = None, prewarmer: Prewarmer | None = None,
-                 prewarm_all: bool = False, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        cache: SemanticCache,
+        signer: ContextSigner,
+        policy_box: PolicyBox,
+        upstream: Upstream,
+        flavour: str,
+        slot_count: int | None,
+        metrics: Metrics,
+        judge: HitJudge,
+        debug_headers: bool,
+        regenerate_window: float = 600.0,
+        coalescer: coalesce.Coalescer | None = None,
+        prewarmer: Prewarmer | None = None,
+        prewarm_all: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cache, self.signer, self.policy_box = cache, signer, policy_box
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
@@ -139,8 +152,14 @@ class ChatService:
             self._account(out, who, elapsed)
         return response
 
-    async def plan(self, req: ChatRequest, who: Identity, *, system_version: str | None = None,
-                   stages: dict[str, float] | None = None) -> Plan:
+    async def plan(
+        self,
+        req: ChatRequest,
+        who: Identity,
+        *,
+        system_version: str | None = None,
+        stages: dict[str, float] | None = None,
+    ) -> Plan:
         """Everything up to the choice of hit, half-hit, miss or bypass; no upstream IO.
         The HTTP handler and offline replay both go through here."""
         stages = {} if stages is None else stages
@@ -156,8 +175,11 @@ class ChatService:
         policy = self.policy_box.policy.for_intent(sig.tags.intent)
         if not policy.cache:
             return Plan(Status.BYPASS, f"intent_disabled:{policy.name}", sig)
-        skip = feedback or ("topic_switch" if sig.tags.context_switch else None) or (
-            "no_cache" if req.controls.no_cache else None)
+        skip = (
+            feedback
+            or ("topic_switch" if sig.tags.context_switch else None)
+            or ("no_cache" if req.controls.no_cache else None)
+        )
         if skip:
             return Plan(Status.MISS, skip, sig, policy)
         t = time.perf_counter()
@@ -166,8 +188,9 @@ class ChatService:
         return Plan(decision.status, decision.reason, sig, policy, decision)
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
-        plan = await self.plan(req, who, system_version=http.headers.get("x-smartcache-system-version"),
-                               stages=out.stages)
+        plan = await self.plan(
+            req, who, system_version=http.headers.get("x-smartcache-system-version"), stages=out.stages
+        )
         out.signature, out.decision = plan.signature, plan.decision
         if plan.signature is not None:
             out.intent = plan.signature.tags.intent
@@ -202,8 +225,16 @@ class ChatService:
             self.metrics.hit_judged("corrected")
         return reason
 
-    async def _serve(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, record: Record,
-                     sig: Signature, policy: IntentPolicy) -> web.StreamResponse:
+    async def _serve(
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        record: Record,
+        sig: Signature,
+        policy: IntentPolicy,
+    ) -> web.StreamResponse:
         t = time.perf_counter()
         out.status, out.reason, out.cache_id = Status.HIT, out.decision.reason if out.decision else "", record.cache_id
         out.saved_prompt_tokens, out.saved_completion_tokens = record.prompt_tokens, record.completion_tokens
@@ -218,15 +249,22 @@ class ChatService:
         out.stages["serve"] = time.perf_counter() - t
         return response
 
-    def _prewarm(self, http: web.Request, req: ChatRequest, who: Identity, answer: str,
-                 policy: IntentPolicy) -> bool:
+    def _prewarm(self, http: web.Request, req: ChatRequest, who: Identity, answer: str, policy: IntentPolicy) -> bool:
         if self.prewarmer is None or not (self.prewarm_all or policy.prewarm):
             return False
         body, headers = self._hinted(prewarm_body(req.forward_body, answer), req, who, http)
         return self.prewarmer.submit(body, headers)
 
-    async def _reply(self, http: web.Request, req: ChatRequest, headers: dict[str, str], content: str, *,
-                     cache_id: str | None, finish_reason: str = "stop") -> web.StreamResponse:
+    async def _reply(
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        headers: dict[str, str],
+        content: str,
+        *,
+        cache_id: str | None,
+        finish_reason: str = "stop",
+    ) -> web.StreamResponse:
         """An answer we already hold, as JSON or as SSE chunks, in the client's own format."""
         cid = new_completion_id()
         if cache_id:
@@ -235,11 +273,11 @@ class ChatService:
             body = completion_json(completion_id=cid, model=req.model, content=content)
             body["choices"][0]["finish_reason"] = finish_reason
             return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
-        response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+        response = web.StreamResponse(
+            headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await response.prepare(http)
-        events = completion_chunks(completion_id=cid, model=req.model, content=content,
-                                   include_usage=req.include_usage)
+        events = completion_chunks(completion_id=cid, model=req.model, content=content, include_usage=req.include_usage)
         for event in coalesce.with_finish_reason(events, finish_reason):
             await response.write(event)
         await response.write_eof()
@@ -259,14 +297,23 @@ class ChatService:
             headers["x-smartcache-timings"] = ",".join(f"{k}={v * 1000:.1f}ms" for k, v in out.stages.items())
         return headers
 
-    def _hinted(self, body: dict[str, Any], req: ChatRequest, who: Identity,
-                http: web.Request) -> tuple[dict[str, Any], dict[str, str]]:
+    def _hinted(
+        self, body: dict[str, Any], req: ChatRequest, who: Identity, http: web.Request
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         turn = sum(1 for m in req.messages if m.role == "user")
-        return apply_hints(self.flavour, body, forward_headers(http.headers), session_id=who.session,
-                           tenant_id=who.tenant, turn_index=turn, slot_count=self.slot_count)
+        return apply_hints(
+            self.flavour,
+            body,
+            forward_headers(http.headers),
+            session_id=who.session,
+            tenant_id=who.tenant,
+            turn_index=turn,
+            slot_count=self.slot_count,
+        )
 
-    def _upstream_request(self, req: ChatRequest, who: Identity, http: web.Request) -> tuple[dict[str, Any],
-                                                                                              dict[str, str], bool]:
+    def _upstream_request(
+        self, req: ChatRequest, who: Identity, http: web.Request
+    ) -> tuple[dict[str, Any], dict[str, str], bool]:
         body = dict(req.forward_body)
         strip_usage = False
         if req.stream and not req.include_usage:
@@ -276,8 +323,9 @@ class ChatService:
         body, headers = self._hinted(body, req, who, http)
         return body, headers, strip_usage
 
-    async def _forward(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome,
-                       plan: Plan) -> web.StreamResponse:
+    async def _forward(
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan
+    ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
         store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
         # only answers the cache could hold coalesce; a regenerate, a correction or a no-cache
@@ -296,8 +344,9 @@ class ChatService:
         # leaders keep losing their answers (clients gone, streams cut): stop waiting on them
         return await self._call_upstream(http, req, who, out, store, None)
 
-    async def _follow(self, http: web.Request, req: ChatRequest, out: Outcome,
-                      flight: coalesce.Flight) -> web.StreamResponse | None:
+    async def _follow(
+        self, http: web.Request, req: ChatRequest, out: Outcome, flight: coalesce.Flight
+    ) -> web.StreamResponse | None:
         """Wait for the leader; its answer as a hit, its upstream error raised, or None: go yourself."""
         t = time.perf_counter()
         await flight.wait()
@@ -313,12 +362,19 @@ class ChatService:
         headers = {**self._headers(http, out), "x-cache-similarity": "1.0000", "age": "0"}
         if shared.cache_id:
             headers["x-cache-id"] = shared.cache_id
-        return await self._reply(http, req, headers, shared.text, cache_id=shared.cache_id,
-                                 finish_reason=shared.finish_reason)
+        return await self._reply(
+            http, req, headers, shared.text, cache_id=shared.cache_id, finish_reason=shared.finish_reason
+        )
 
-    async def _call_upstream(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome,
-                             store: tuple[Signature, IntentPolicy] | None, flight: coalesce.Flight | None
-                             ) -> web.StreamResponse:
+    async def _call_upstream(
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        store: tuple[Signature, IntentPolicy] | None,
+        flight: coalesce.Flight | None,
+    ) -> web.StreamResponse:
         body, headers, strip_usage = self._upstream_request(req, who, http)
         t = time.perf_counter()
         try:
@@ -341,29 +397,38 @@ class ChatService:
             flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
         return relayed.response
 
-    async def _forward_json(self, http: web.Request, body: dict[str, Any], headers: dict[str, str],
-                            out: Outcome) -> Relayed:
+    async def _forward_json(
+        self, http: web.Request, body: dict[str, Any], headers: dict[str, str], out: Outcome
+    ) -> Relayed:
         answer = await self.upstream.chat_json(body, headers)
         out.upstream_status = answer.status
         storable, usage = answer_of_completion(answer.body)
         if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
             out.response_id = answer.body["id"]
-        response = web.Response(body=answer.raw, status=answer.status, content_type="application/json",
-                                headers=self._headers(http, out))
+        response = web.Response(
+            body=answer.raw, status=answer.status, content_type="application/json", headers=self._headers(http, out)
+        )
         text, finish = coalesce.plain_answer(answer.body)
         return Relayed(response, usage, text, finish, storable is not None)
 
-    async def _forward_stream(self, http: web.Request, body: dict[str, Any], headers: dict[str, str],
-                              strip_usage: bool, out: Outcome) -> Relayed:
+    async def _forward_stream(
+        self, http: web.Request, body: dict[str, Any], headers: dict[str, str], strip_usage: bool, out: Outcome
+    ) -> Relayed:
         tee = StreamTee(strip_usage=strip_usage)
-        async with self.upstream.open_stream("POST", "chat/completions", headers=headers,
-                                             content=orjson.dumps(body)) as resp:
+        async with self.upstream.open_stream(
+            "POST", "chat/completions", headers=headers, content=orjson.dumps(body)
+        ) as resp:
             if resp.status_code >= 400:
                 raise await self.upstream.read_error(resp)
             out.upstream_status = resp.status_code
-            response = web.StreamResponse(status=resp.status_code, headers={
-                **self._headers(http, out), "Content-Type": resp.headers.get("content-type", "text/event-stream"),
-                "Cache-Control": "no-cache"})
+            response = web.StreamResponse(
+                status=resp.status_code,
+                headers={
+                    **self._headers(http, out),
+                    "Content-Type": resp.headers.get("content-type", "text/event-stream"),
+                    "Cache-Control": "no-cache",
+                },
+            )
             await response.prepare(http)
             try:
                 async for chunk in self.upstream.iter_bytes(resp):
@@ -385,20 +450,38 @@ class ChatService:
                 return Relayed(response, tee.usage or {})
         out.response_id = tee.response_id
         whole = tee.done and not tee.tool_calls and not tee.malformed
-        return Relayed(response, tee.usage or {}, tee.text if whole else None, tee.finish_reason,
-                       tee.complete and bool(tee.text.strip()))
+        return Relayed(
+            response,
+            tee.usage or {},
+            tee.text if whole else None,
+            tee.finish_reason,
+            tee.complete and bool(tee.text.strip()),
+        )
 
-    async def _write_back(self, req: ChatRequest, who: Identity, out: Outcome,
-                          store: tuple[Signature, IntentPolicy] | None, answer: str | None,
-                          usage: dict[str, Any]) -> None:
+    async def _write_back(
+        self,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        store: tuple[Signature, IntentPolicy] | None,
+        answer: str | None,
+        usage: dict[str, Any],
+    ) -> None:
         if store is None or answer is None or req.controls.no_store:
             if store is not None:
                 await self.cache.note_unstored(who, store[0])
             return
         sig, policy = store
         t = time.perf_counter()
-        record = await self.cache.write(request=req, who=who, sig=sig, policy=policy,
-                                        policy_version=self.policy_box.policy.version, answer=answer, usage=usage)
+        record = await self.cache.write(
+            request=req,
+            who=who,
+            sig=sig,
+            policy=policy,
+            policy_version=self.policy_box.policy.version,
+            answer=answer,
+            usage=usage,
+        )
         out.stages["store"] = time.perf_counter() - t
         out.stored, out.cache_id = True, record.cache_id
         if out.response_id:
@@ -415,11 +498,19 @@ class ChatService:
         if out.upstream_cached_tokens:
             self.metrics.upstream_cached(out.upstream_cached_tokens)
         log.info(
-            "chat.request", status=out.status.value, reason=out.reason, intent=out.intent,
-            score=None if out.score is None else round(out.score, 4), cache_id=out.cache_id,
-            upstream_status=out.upstream_status, stored=out.stored, latency_ms=round(elapsed * 1000, 2),
+            "chat.request",
+            status=out.status.value,
+            reason=out.reason,
+            intent=out.intent,
+            score=None if out.score is None else round(out.score, 4),
+            cache_id=out.cache_id,
+            upstream_status=out.upstream_status,
+            stored=out.stored,
+            latency_ms=round(elapsed * 1000, 2),
             saved_tokens=out.saved_prompt_tokens + out.saved_completion_tokens,
-            upstream_cached_tokens=out.upstream_cached_tokens, prewarmed=out.prewarmed, tenant=who.tenant[:12],
+            upstream_cached_tokens=out.upstream_cached_tokens,
+            prewarmed=out.prewarmed,
+            tenant=who.tenant[:12],
             stages_ms={k: round(v * 1000, 2) for k, v in out.stages.items()},
         )
 

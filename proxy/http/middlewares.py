@@ -23,8 +23,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except UpstreamStatus as exc:
         # the upstream's own error reaches the client as it came: status and body
-        return web.Response(body=exc.body, status=exc.status, content_type=exc.content_type.split(";")[0],
-                            headers={"x-cache-status": "miss", "x-smartcache-upstream-error": "1"})
+        return web.Response(
+            body=exc.body,
+            status=exc.status,
+            content_type=exc.content_type.split(";")[0],
+            headers={"x-cache-status": "miss", "x-smartcache-upstream-error": "1"},
+        )
     except SmartCacheError as exc:
         headers = {"x-cache-status": "miss"} if exc.status >= 500 else None
         return _json(exc.status, exc.to_body(), headers)

@@ -42,10 +42,12 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     upstream = app[keys.UPSTREAM]
     body = await read_body(request, app[keys.SETTINGS].max_body_bytes) if request.can_read_body else None
     path = request.match_info["tail"]
-    async with upstream.open_stream(request.method, path, headers=forward_headers(request.headers),
-                                    content=body, params=list(request.query.items())) as resp:
-        response = web.StreamResponse(status=resp.status_code, headers={**response_headers(resp.headers),
-                                                                         "x-cache-status": "bypass"})
+    async with upstream.open_stream(
+        request.method, path, headers=forward_headers(request.headers), content=body, params=list(request.query.items())
+    ) as resp:
+        response = web.StreamResponse(
+            status=resp.status_code, headers={**response_headers(resp.headers), "x-cache-status": "bypass"}
+        )
         await response.prepare(request)
         async for chunk in upstream.iter_bytes(resp):
             await response.write(chunk)
@@ -55,8 +57,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 async def healthz(request: web.Request) -> web.Response:
     cache = request.app[keys.CACHE]
-    return web.json_response({"status": "ok", "records_indexed": len(cache.index),
-                              "policy_version": request.app[keys.POLICY_BOX].policy.version})
+    return web.json_response(
+        {
+            "status": "ok",
+            "records_indexed": len(cache.index),
+            "policy_version": request.app[keys.POLICY_BOX].policy.version,
+        }
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -94,7 +94,12 @@ def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:
     choice = choices[0]
     message = choice.get("message") or {}
     content = message.get("content")
-    if (choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call")
-            or not isinstance(content, str) or not content.strip()):
+    if (
+        choice.get("finish_reason") != "stop"
+        or message.get("tool_calls")
+        or message.get("function_call")
+        or not isinstance(content, str)
+        or not content.strip()
+    ):
         return None, usage
     return content, usage

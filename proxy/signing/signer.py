@@ -117,8 +117,9 @@ class ContextSigner:
             out.append(vec)
         return out
 
-    async def sign(self, request: ChatRequest, *, system_version: str | None = None,
-                   stages: dict[str, float] | None = None) -> Signature:
+    async def sign(
+        self, request: ChatRequest, *, system_version: str | None = None, stages: dict[str, float] | None = None
+    ) -> Signature:
         s = self.settings
         turns = [m for m in request.turns if m.text.strip()]
         current_raw = request.last_user_text
@@ -160,7 +161,8 @@ class ContextSigner:
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
             restated_answer=self._restated_answer(history, current)
-            if self.classifier.policy.for_intent(guess.intent).restatement else "",
+            if self.classifier.policy.for_intent(guess.intent).restatement
+            else "",
         )
 
     def _restated_answer(self, history: Sequence[Message], current: str) -> str:
@@ -217,7 +219,7 @@ class ContextSigner:
         Over the model's length, the oldest turns that share no entity with the current request
         go first, then the oldest; what is dropped still counts through chunk vectors."""
         s = self.settings
-        head = f"system: {self.normalize(system)[-s.system_tail_chars:]}" if system.strip() else ""
+        head = f"system: {self.normalize(system)[-s.system_tail_chars :]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
         lines = [self._line(m) for m in history]
         active = self.entities(current)
@@ -236,8 +238,9 @@ class ContextSigner:
             lines[i] = ""
         return text(), dropped
 
-    async def _view_vector(self, view: str, dropped: Sequence[str],
-                           stages: dict[str, float] | None = None) -> np.ndarray:
+    async def _view_vector(
+        self, view: str, dropped: Sequence[str], stages: dict[str, float] | None = None
+    ) -> np.ndarray:
         vecs = await self.vectors([view, *dropped], stages)
         vector = vecs[0]
         if dropped:

@@ -47,8 +47,9 @@ class HnswIndex:
 
     def _new_index(self, capacity: int) -> hnswlib.Index:
         index = hnswlib.Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=capacity, ef_construction=self._ef_construction, M=self._m,
-                         allow_replace_deleted=False)
+        index.init_index(
+            max_elements=capacity, ef_construction=self._ef_construction, M=self._m, allow_replace_deleted=False
+        )
         index.set_ef(self._ef)
         return index
 
@@ -117,8 +118,10 @@ class HnswIndex:
         pairs = list(items)
         fresh = self._new_index(max(2 * len(pairs), 1024))
         if pairs:
-            fresh.add_items(np.stack([v for _, v in pairs]).astype(np.float32),
-                            np.asarray([lab for lab, _ in pairs], dtype=np.uint64))
+            fresh.add_items(
+                np.stack([v for _, v in pairs]).astype(np.float32),
+                np.asarray([lab for lab, _ in pairs], dtype=np.uint64),
+            )
         with self._lock:
             self._index = fresh
             self._live = {lab for lab, _ in pairs}
@@ -134,8 +137,14 @@ class HnswIndex:
         with self._lock:
             self._index.save_index(str(tmp))
             live = sorted(self._live)
-            info = {"stamp": stamp, "dim": self.dim, "deleted": self._deleted, "live": live,
-                    "m": self._m, "ef_construction": self._ef_construction}
+            info = {
+                "stamp": stamp,
+                "dim": self.dim,
+                "deleted": self._deleted,
+                "live": live,
+                "m": self._m,
+                "ef_construction": self._ef_construction,
+            }
         meta_tmp.write_text(json.dumps(info), encoding="utf-8")
         os.replace(tmp, graph)
         os.replace(meta_tmp, meta)

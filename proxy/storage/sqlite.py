@@ -19,8 +19,19 @@ import orjson
 from proxy.model import LIVE_STATES, Record, SessionLast
 
 # what the vector index and its filter need of a record (see SemanticCache.load), in this order
-INDEX_COLUMNS = ("label", "vector", "LENGTH(CAST(answer_text AS BLOB))", "tenant", "session", "user", "scope",
-                 "model", "system_prompt_version", "namespace", "intent")
+INDEX_COLUMNS = (
+    "label",
+    "vector",
+    "LENGTH(CAST(answer_text AS BLOB))",
+    "tenant",
+    "session",
+    "user",
+    "scope",
+    "model",
+    "system_prompt_version",
+    "namespace",
+    "intent",
+)
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 
 
@@ -137,9 +148,11 @@ class SqliteStore:
                 raise StoreMismatch(self._mismatch(stamp, row[0], count))
 
     def _mismatch(self, want: str, have: str, count: int) -> str:
-        return (f"{self.path}: the cache holds {count} records embedded with {have}, but this run embeds with "
-                f"{want}; vectors of different models cannot be compared. Run with the model the cache was "
-                f"built with, use another data_dir, or delete {self.path.name}* to start the cache afresh")
+        return (
+            f"{self.path}: the cache holds {count} records embedded with {have}, but this run embeds with "
+            f"{want}; vectors of different models cannot be compared. Run with the model the cache was "
+            f"built with, use another data_dir, or delete {self.path.name}* to start the cache afresh"
+        )
 
     @staticmethod
     def _row(row: Sequence[Any], names: Sequence[str]) -> Record:
@@ -261,9 +274,7 @@ class SqliteStore:
         return cur.rowcount
 
     async def iter_live(self) -> AsyncIterator[Record]:
-        async with self._db.execute(
-            "SELECT * FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
-        ) as cur:
+        async with self._db.execute("SELECT * FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES) as cur:
             names = [d[0] for d in cur.description]
             # batched: iterating an aiosqlite cursor row by row costs one thread hop per row
             while rows := await cur.fetchmany(FETCH_BATCH):
@@ -287,8 +298,9 @@ class SqliteStore:
         for start in range(0, len(labels), FETCH_BATCH):
             chunk = list(labels[start : start + FETCH_BATCH])
             marks = ", ".join("?" for _ in chunk)
-            async with self._db.execute(f"SELECT label, vector FROM records WHERE label IN ({marks}) ORDER BY label",
-                                        chunk) as cur:
+            async with self._db.execute(
+                f"SELECT label, vector FROM records WHERE label IN ({marks}) ORDER BY label", chunk
+            ) as cur:
                 out += [(int(a), bytes(b)) for a, b in await cur.fetchall()]
         return out
 
@@ -302,7 +314,8 @@ class SqliteStore:
         """(label, cache_id, last use, hit count, answer bytes) of live records, for eviction."""
         async with self._db.execute(
             "SELECT label, cache_id, MAX(last_hit_at, created_at), hit_count, LENGTH(CAST(answer_text AS BLOB)) "
-            "FROM records WHERE state IN (?, ?)", LIVE_STATES,
+            "FROM records WHERE state IN (?, ?)",
+            LIVE_STATES,
         ) as cur:
             return [(int(a), str(b), float(c), int(d), int(e)) for a, b, c, d, e in await cur.fetchall()]
 

@@ -70,12 +70,15 @@ def _threshold(scored: Sequence[Row], target: float, floor: float) -> tuple[floa
     safe = min(0.999, max(floor, worst_false + MARGIN))
     if best is not None and best >= safe:
         return round(best, 4), "meets target"
-    return round(safe, 4), (f"too little data to show a false-hit rate under {target:g} with 95 % confidence: "
-                            "set just above the highest-scoring false candidate")
+    return round(safe, 4), (
+        f"too little data to show a false-hit rate under {target:g} with 95 % confidence: "
+        "set just above the highest-scoring false candidate"
+    )
 
 
-def calibrate(rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80,
-              min_samples: int = 30) -> dict[str, Calibration]:
+def calibrate(
+    rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80, min_samples: int = 30
+) -> dict[str, Calibration]:
     by_intent: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_intent[r.intent].append(r)
@@ -91,9 +94,18 @@ def calibrate(rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80,
         false = sum(_is_false(r) for r in hits)
         reusable = sum(r.session_reusable and not r.expect_no_hit for r in irows)
         correct = len(hits) - false
-        out[intent] = Calibration(intent, t, round(max(0.0, t - CANDIDATE_BAND), 4), len(scored), len(hits), false,
-                                  round(upper_bound(false, len(hits)), 5), reusable,
-                                  round(correct / reusable, 4) if reusable else 0.0, note)
+        out[intent] = Calibration(
+            intent,
+            t,
+            round(max(0.0, t - CANDIDATE_BAND), 4),
+            len(scored),
+            len(hits),
+            false,
+            round(upper_bound(false, len(hits)), 5),
+            reusable,
+            round(correct / reusable, 4) if reusable else 0.0,
+            note,
+        )
     return out
 
 
@@ -121,8 +133,9 @@ def fold_of(conversation: str, folds: int) -> int:
     return int(hashlib.sha1(conversation.encode()).hexdigest(), 16) % folds
 
 
-def held_out(rows: Sequence[Row], *, folds: int = 2, target: float = 1e-3, floor: float = 0.80,
-             min_samples: int = 30) -> HeldOut:
+def held_out(
+    rows: Sequence[Row], *, folds: int = 2, target: float = 1e-3, floor: float = 0.80, min_samples: int = 30
+) -> HeldOut:
     """K-fold by conversation: calibrate on the other folds, serve this one. Thresholds set just above
     the worst false candidate look perfect on their own data; this shows whether they generalise."""
     hits = false = reusable = 0
@@ -145,25 +158,40 @@ def held_out(rows: Sequence[Row], *, folds: int = 2, target: float = 1e-3, floor
     return HeldOut(folds, hits, false, reusable, {k: (v[0], v[1]) for k, v in sorted(per.items())})
 
 
-def write_policy(source: Path, out: Path, results: Mapping[str, Calibration], *, traces: Sequence[str],
-                 target: float, embedding_model: str | None = None) -> None:
+def write_policy(
+    source: Path,
+    out: Path,
+    results: Mapping[str, Calibration],
+    *,
+    traces: Sequence[str],
+    target: float,
+    embedding_model: str | None = None,
+) -> None:
     """The input policy with calibrated thresholds, each intent commented with its data, stamped
     with the embedding model whose scores they were measured on."""
     data: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
     if embedding_model is not None:
-        data = {"version": data.get("version"), "embedding_model": embedding_model,
-                **{k: v for k, v in data.items() if k not in ("version", "embedding_model")}}
-    header = [f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
-              *[f"#   {t}" for t in traces],
-              "# Per intent: samples = requests whose best candidate passed the nets.", ""]
+        data = {
+            "version": data.get("version"),
+            "embedding_model": embedding_model,
+            **{k: v for k, v in data.items() if k not in ("version", "embedding_model")},
+        }
+    header = [
+        f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
+        *[f"#   {t}" for t in traces],
+        "# Per intent: samples = requests whose best candidate passed the nets.",
+        "",
+    ]
     blocks = []
     for name, body in data.get("intents", {}).items():
         cal = results.get(name)
         lines = []
         if cal is not None and body.get("cache", data["defaults"].get("cache", True)) is not False:
             body["accept"], body["candidate"] = cal.accept, cal.candidate
-            lines.append(f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "
-                         f"{cal.false_hits} false, FHR upper bound {cal.fhr_upper:.4f}, recall {cal.recall:.3f}")
+            lines.append(
+                f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "
+                f"{cal.false_hits} false, FHR upper bound {cal.fhr_upper:.4f}, recall {cal.recall:.3f}"
+            )
             lines.append(f"  # {cal.note}")
         elif body.get("cache") is not False:
             lines.append(f"  # {name}: no data in these traces; thresholds left as they were")

@@ -70,8 +70,13 @@ def demo_settings(base: Settings, *, port: int | None = None, data_dir: Path | N
     Embedding packs stay where `serve` keeps them, so the demo does not build them twice."""
     chosen = data_dir or base.data_dir / "demo"
     return dataclasses.replace(
-        base, upstream=None, upstream_flavour="llamacpp", port=base.port if port is None else port,
-        data_dir=chosen, model_home=base.model_home or data_dir or base.data_dir, ready_after=0.0,
+        base,
+        upstream=None,
+        upstream_flavour="llamacpp",
+        port=base.port if port is None else port,
+        data_dir=chosen,
+        model_home=base.model_home or data_dir or base.data_dir,
+        ready_after=0.0,
         debug_headers=True,
     )
 
@@ -82,50 +87,77 @@ async def _snapshot(client: httpx.AsyncClient, base_url: str) -> Snapshot:
     return parse_metrics(response.text)
 
 
-async def ask(client: httpx.AsyncClient, base_url: str, turn: DemoTurn, *, model: str, session: str,
-              namespace: str) -> TurnResult:
+async def ask(
+    client: httpx.AsyncClient, base_url: str, turn: DemoTurn, *, model: str, session: str, namespace: str
+) -> TurnResult:
     """One turn, with the tokens it saved and the engine's cached tokens read from /metrics deltas."""
     before = await _snapshot(client, base_url)
-    body = {"model": model, "max_tokens": MAX_TOKENS, "temperature": 0, "cache": {"namespace": namespace},
-            "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": turn.text}]}
+    body = {
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "cache": {"namespace": namespace},
+        "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": turn.text}],
+    }
     started = time.perf_counter()
-    response = await client.post(f"{base_url}/chat/completions", json=body,
-                                 headers={"x-smartcache-session": session, "x-smartcache-debug": "1"})
+    response = await client.post(
+        f"{base_url}/chat/completions", json=body, headers={"x-smartcache-session": session, "x-smartcache-debug": "1"}
+    )
     latency = time.perf_counter() - started
     response.raise_for_status()
     after = await _snapshot(client, base_url)
     score = response.headers.get("x-cache-similarity") or response.headers.get("x-smartcache-score")
     return TurnResult(
-        turn=turn, status=response.headers.get("x-cache-status", "?"),
-        reason=response.headers.get("x-smartcache-reason", ""), similarity=float(score) if score else None,
-        latency_ms=latency * 1000, saved_tokens=round(after.saved_total - before.saved_total),
+        turn=turn,
+        status=response.headers.get("x-cache-status", "?"),
+        reason=response.headers.get("x-smartcache-reason", ""),
+        similarity=float(score) if score else None,
+        latency_ms=latency * 1000,
+        saved_tokens=round(after.saved_total - before.saved_total),
         upstream_cached_tokens=round(after.upstream_cached_tokens - before.upstream_cached_tokens),
         answer=str(response.json()["choices"][0]["message"]["content"] or ""),
     )
 
 
-async def run_script(base_url: str, turns: Sequence[DemoTurn] = SCRIPT, *, session: str = "demo",
-                     namespace: str | None = None) -> list[TurnResult]:
+async def run_script(
+    base_url: str, turns: Sequence[DemoTurn] = SCRIPT, *, session: str = "demo", namespace: str | None = None
+) -> list[TurnResult]:
     namespace = namespace or f"demo-{secrets.token_hex(4)}"
-    async with httpx.AsyncClient(timeout=300.0, trust_env=False,
-                                 headers={"Authorization": "Bearer demo"}) as client:
+    async with httpx.AsyncClient(timeout=300.0, trust_env=False, headers={"Authorization": "Bearer demo"}) as client:
         models = (await client.get(f"{base_url}/models")).json()  # passed through to the engine
         model = str(models["data"][0]["id"])
-        return [await ask(client, base_url, turn, model=model, session=session, namespace=namespace)
-                for turn in turns]
+        return [await ask(client, base_url, turn, model=model, session=session, namespace=namespace) for turn in turns]
 
 
 def results_table(results: Sequence[TurnResult]) -> Table:
     table = Table(title="smartcache demo: one conversation, turn by turn")
-    for col, justify in (("#", "right"), ("lang", "left"), ("turn", "left"), ("meant to show", "left"),
-                         ("status", "left"), ("reason", "left"), ("similarity", "right"),
-                         ("latency ms", "right"), ("saved tok", "right"), ("cached tok", "right")):
+    for col, justify in (
+        ("#", "right"),
+        ("lang", "left"),
+        ("turn", "left"),
+        ("meant to show", "left"),
+        ("status", "left"),
+        ("reason", "left"),
+        ("similarity", "right"),
+        ("latency ms", "right"),
+        ("saved tok", "right"),
+        ("cached tok", "right"),
+    ):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for i, r in enumerate(results, 1):
         style = STATUS_STYLE.get(r.status, "")
-        table.add_row(str(i), r.turn.lang, r.turn.text, r.turn.shows, f"[{style}]{r.status}[/]", r.reason,
-                      "-" if r.similarity is None else f"{r.similarity:.3f}", f"{r.latency_ms:.0f}",
-                      str(r.saved_tokens), str(r.upstream_cached_tokens))
+        table.add_row(
+            str(i),
+            r.turn.lang,
+            r.turn.text,
+            r.turn.shows,
+            f"[{style}]{r.status}[/]",
+            r.reason,
+            "-" if r.similarity is None else f"{r.similarity:.3f}",
+            f"{r.latency_ms:.0f}",
+            str(r.saved_tokens),
+            str(r.upstream_cached_tokens),
+        )
     return table
 
 
@@ -164,9 +196,11 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
         results = await run_script(base_url)
         console.print(results_table(results))
         if not once:
-            console.print(f"\nSmartCache keeps running: point a client at [bold]{base_url}[/] "
-                          f"(export OPENAI_BASE_URL={base_url}), watch {metrics_url(base_url)}, "
-                          "run `smartcache stats`. Ctrl-C stops the proxy and the engine.")
+            console.print(
+                f"\nSmartCache keeps running: point a client at [bold]{base_url}[/] "
+                f"(export OPENAI_BASE_URL={base_url}), watch {metrics_url(base_url)}, "
+                "run `smartcache stats`. Ctrl-C stops the proxy and the engine."
+            )
             await _until_interrupted()
         return results
     finally:

@@ -57,8 +57,10 @@ class Row:
 
 def shadow_policy(policy: Policy) -> Policy:
     """Every cacheable intent accepts from 0: the nets still run, the threshold is what we sweep."""
-    intents = {n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True) if p.cache else p
-               for n, p in policy.intents.items()}
+    intents = {
+        n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True) if p.cache else p
+        for n, p in policy.intents.items()
+    }
     return dataclasses.replace(policy, intents=intents)
 
 
@@ -66,8 +68,14 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)  # the trace has no usage: a rough count, the same for every mode
 
 
-async def replay_conversations(parts: Parts, convs: Sequence[Conversation], *, shadow: bool, model: str = "replay",
-                               progress: Callable[[int], None] | None = None) -> list[Row]:
+async def replay_conversations(
+    parts: Parts,
+    convs: Sequence[Conversation],
+    *,
+    shadow: bool,
+    model: str = "replay",
+    progress: Callable[[int], None] | None = None,
+) -> list[Row]:
     keys: dict[str, str] = {}  # cache_id -> answer key
     seen_session: dict[tuple[str, str], set[str]] = defaultdict(set)
     seen_tenant: dict[str, set[str]] = defaultdict(set)
@@ -85,14 +93,23 @@ async def replay_conversations(parts: Parts, convs: Sequence[Conversation], *, s
             key_ok = None if record is None else keys.get(record.cache_id) == turn.key
             serve = plan.status is Status.HIT and record is not None and not shadow
             status = plan.status.value if not shadow or plan.status is not Status.HIT else "shadow_hit"
-            rows.append(Row(
-                conv.id, conv.category, i, plan.signature.tags.intent if plan.signature else "-",
-                status if not serve else Status.HIT.value, plan.reason,
-                decision.score if decision and record else None, key_ok, plan.status is Status.HIT,
-                turn.expect == "no_hit", turn.key in seen_session[(conv.tenant, conv.session)],
-                turn.key in seen_tenant[conv.tenant],
-                (record.prompt_tokens + record.completion_tokens) if serve and record else 0,
-            ))
+            rows.append(
+                Row(
+                    conv.id,
+                    conv.category,
+                    i,
+                    plan.signature.tags.intent if plan.signature else "-",
+                    status if not serve else Status.HIT.value,
+                    plan.reason,
+                    decision.score if decision and record else None,
+                    key_ok,
+                    plan.status is Status.HIT,
+                    turn.expect == "no_hit",
+                    turn.key in seen_session[(conv.tenant, conv.session)],
+                    turn.key in seen_tenant[conv.tenant],
+                    (record.prompt_tokens + record.completion_tokens) if serve and record else 0,
+                )
+            )
             if serve and record is not None:
                 await parts.cache.served(record, who, plan.signature)  # type: ignore[arg-type]
                 text = record.answer_text
@@ -100,10 +117,17 @@ async def replay_conversations(parts: Parts, convs: Sequence[Conversation], *, s
                 text = turn.answer or f"Answer for {turn.key}."
                 if plan.policy is not None and plan.signature is not None:
                     written = await parts.cache.write(
-                        request=req, who=who, sig=plan.signature, policy=plan.policy,
-                        policy_version=parts.policy_box.policy.version, answer=text,
-                        usage={"prompt_tokens": sum(_tokens(m["content"]) for m in msgs),
-                               "completion_tokens": _tokens(text)})
+                        request=req,
+                        who=who,
+                        sig=plan.signature,
+                        policy=plan.policy,
+                        policy_version=parts.policy_box.policy.version,
+                        answer=text,
+                        usage={
+                            "prompt_tokens": sum(_tokens(m["content"]) for m in msgs),
+                            "completion_tokens": _tokens(text),
+                        },
+                    )
                     keys[written.cache_id] = turn.key
                 elif plan.signature is not None:
                     await parts.cache.note_unstored(who, plan.signature)
@@ -116,14 +140,21 @@ async def replay_conversations(parts: Parts, convs: Sequence[Conversation], *, s
     return rows
 
 
-async def run_replay(convs: Sequence[Conversation], *, settings: Settings | None = None,
-                     policy_path: Path | None = None, shadow: bool = False, backend: SyncEmbedder | None = None,
-                     progress: Callable[[int], None] | None = None) -> list[Row]:
+async def run_replay(
+    convs: Sequence[Conversation],
+    *,
+    settings: Settings | None = None,
+    policy_path: Path | None = None,
+    shadow: bool = False,
+    backend: SyncEmbedder | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Row]:
     """A fresh cache in a temporary directory, so a replay never touches a live one."""
     with tempfile.TemporaryDirectory(prefix="smartcache-replay-") as tmp:
         base = settings or load_settings()
-        s = base.replace(data_dir=Path(tmp), ready_after=0.0, model_home=base.models_root,
-                         policy=policy_path or base.policy)
+        s = base.replace(
+            data_dir=Path(tmp), ready_after=0.0, model_home=base.models_root, policy=policy_path or base.policy
+        )
         policy = load_policy(s.policy_file)
         if shadow:
             # Shadow rows feed calibration, which replaces the thresholds: a template calibrated

@@ -49,8 +49,17 @@ def print_calibration(results: Mapping[str, Calibration], console: Console | Non
     for col in ("intent", "accept", "candidate", "samples", "hits", "false", "FHR upper 95%", "reusable", "recall"):
         table.add_column(col, justify="right")
     for c in results.values():
-        table.add_row(c.intent, f"{c.accept:.4f}", f"{c.candidate:.4f}", str(c.samples), str(c.hits),
-                      str(c.false_hits), f"{c.fhr_upper:.4f}", str(c.reusable), f"{c.recall:.3f}")
+        table.add_row(
+            c.intent,
+            f"{c.accept:.4f}",
+            f"{c.candidate:.4f}",
+            str(c.samples),
+            str(c.hits),
+            str(c.false_hits),
+            f"{c.fhr_upper:.4f}",
+            str(c.reusable),
+            f"{c.recall:.3f}",
+        )
     (console or Console()).print(table)
     for c in results.values():
         (console or Console()).print(f"  {c.intent}: {c.note}")
@@ -58,13 +67,17 @@ def print_calibration(results: Mapping[str, Calibration], console: Console | Non
 
 def print_held_out(result: HeldOut, console: Console | None = None) -> None:
     out = console or Console()
-    out.print(f"held-out check ({result.folds}-fold by conversation, each fold served with thresholds "
-              f"calibrated on the others): {result.hits} hits, {result.false_hits} false, precision "
-              f"{result.precision:.3f}, recall {result.recall:.3f} of {result.reusable} reusable")
+    out.print(
+        f"held-out check ({result.folds}-fold by conversation, each fold served with thresholds "
+        f"calibrated on the others): {result.hits} hits, {result.false_hits} false, precision "
+        f"{result.precision:.3f}, recall {result.recall:.3f} of {result.reusable} reusable"
+    )
     for intent, (hits, false) in result.by_intent.items():
         if false:
-            out.print(f"  {intent}: {false} false of {hits} hits: its threshold does not generalise; "
-                      "add traces or raise it by hand")
+            out.print(
+                f"  {intent}: {false} false of {hits} hits: its threshold does not generalise; "
+                "add traces or raise it by hand"
+            )
 
 
 def _plot(shadow: Sequence[Row], chosen: Mapping[str, Calibration], path: Path) -> None:
@@ -102,15 +115,23 @@ def write_report(folder: Path, rows: Sequence[Row], shadow: Sequence[Row]) -> Pa
     folder.mkdir(parents=True, exist_ok=True)
     console = Console(record=True, width=160)
     print_summary(rows, console)
-    parts = ["<html><head><meta charset='utf-8'><title>SmartCache replay</title></head><body>",
-             "<h1>SmartCache replay</h1><pre>", html.escape(console.export_text()), "</pre>"]
+    parts = [
+        "<html><head><meta charset='utf-8'><title>SmartCache replay</title></head><body>",
+        "<h1>SmartCache replay</h1><pre>",
+        html.escape(console.export_text()),
+        "</pre>",
+    ]
     if shadow:
         chosen = calibrate(shadow)
         _plot(shadow, chosen, folder / "thresholds.png")
         cal_console = Console(record=True, width=160)
         print_calibration(chosen, cal_console)
-        parts += ["<h2>Thresholds</h2><pre>", html.escape(cal_console.export_text()), "</pre>",
-                  "<img src='thresholds.png' alt='false-hit and hit rate against the accept threshold'>"]
+        parts += [
+            "<h2>Thresholds</h2><pre>",
+            html.escape(cal_console.export_text()),
+            "</pre>",
+            "<img src='thresholds.png' alt='false-hit and hit rate against the accept threshold'>",
+        ]
     parts.append("</body></html>")
     page = folder / "index.html"
     page.write_text("\n".join(parts), encoding="utf-8")

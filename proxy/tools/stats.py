@@ -109,14 +109,19 @@ def _histograms(samples: Iterable[tuple[str, dict[str, str], float]], name: str,
             totals[key] = value
         elif sample == f"{name}_bucket":
             buckets.setdefault(key, []).append((float(labels["le"]), value))
-    return {key: Histogram(counts.get(key, 0.0), totals.get(key, 0.0), tuple(sorted(buckets.get(key, []))))
-            for key in counts.keys() | buckets.keys()}
+    return {
+        key: Histogram(counts.get(key, 0.0), totals.get(key, 0.0), tuple(sorted(buckets.get(key, []))))
+        for key in counts.keys() | buckets.keys()
+    }
 
 
 def parse_metrics(text: str) -> Snapshot:
     """Read the SmartCache families out of a Prometheus text exposition."""
-    samples = [(s.name, dict(s.labels), float(s.value))
-               for family in text_string_to_metric_families(text) for s in family.samples]
+    samples = [
+        (s.name, dict(s.labels), float(s.value))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
     requests: dict[str, float] = {}
     requests_by: dict[tuple[str, str, str], float] = {}
     judged: dict[str, float] = {}
@@ -141,10 +146,18 @@ def parse_metrics(text: str) -> Snapshot:
             _add(records, labels["state"], value)
         elif name == "smartcache_index_size":
             index_size = value
-    return Snapshot(requests=requests, requests_by=requests_by, judged=judged, saved_tokens=saved,
-                    upstream_cached_tokens=cached, writes=writes, records=records, index_size=index_size,
-                    stages=_histograms(samples, "smartcache_stage_seconds", "stage"),
-                    latency=_histograms(samples, "smartcache_request_seconds", "status"))
+    return Snapshot(
+        requests=requests,
+        requests_by=requests_by,
+        judged=judged,
+        saved_tokens=saved,
+        upstream_cached_tokens=cached,
+        writes=writes,
+        records=records,
+        index_size=index_size,
+        stages=_histograms(samples, "smartcache_stage_seconds", "stage"),
+        latency=_histograms(samples, "smartcache_request_seconds", "status"),
+    )
 
 
 def metrics_url(url: str) -> str:
@@ -176,15 +189,26 @@ def summary_table(snap: Snapshot) -> Table:
     table.add_column("value", justify="right")
     table.add_column("from")
     judged = snap.judged.get("accepted", 0.0) + snap.judged.get("corrected", 0.0)
-    table.add_row("hit rate", _pct(snap.hit_rate), f"{snap.requests.get('hit', 0):.0f} hits / "
-                  f"{snap.total_requests:.0f} requests")
-    table.add_row("precision_hit", _pct(snap.precision_hit), f"{snap.judged.get('accepted', 0):.0f} accepted / "
-                  f"{judged:.0f} judged hits")
-    table.add_row("saved tokens", f"{snap.saved_total:.0f}", f"prompt {snap.saved_tokens.get('prompt', 0):.0f}, "
-                  f"completion {snap.saved_tokens.get('completion', 0):.0f}; engine prefix cache served "
-                  f"{snap.upstream_cached_tokens:.0f} more")
-    table.add_row("cache pollution", _pct(snap.cache_pollution), f"{snap.judged.get('corrected', 0):.0f} corrected "
-                  f"hits / {snap.total_requests:.0f} requests")
+    table.add_row(
+        "hit rate", _pct(snap.hit_rate), f"{snap.requests.get('hit', 0):.0f} hits / {snap.total_requests:.0f} requests"
+    )
+    table.add_row(
+        "precision_hit",
+        _pct(snap.precision_hit),
+        f"{snap.judged.get('accepted', 0):.0f} accepted / {judged:.0f} judged hits",
+    )
+    table.add_row(
+        "saved tokens",
+        f"{snap.saved_total:.0f}",
+        f"prompt {snap.saved_tokens.get('prompt', 0):.0f}, "
+        f"completion {snap.saved_tokens.get('completion', 0):.0f}; engine prefix cache served "
+        f"{snap.upstream_cached_tokens:.0f} more",
+    )
+    table.add_row(
+        "cache pollution",
+        _pct(snap.cache_pollution),
+        f"{snap.judged.get('corrected', 0):.0f} corrected hits / {snap.total_requests:.0f} requests",
+    )
     return table
 
 
@@ -200,8 +224,13 @@ def stage_table(snap: Snapshot) -> Table:
 
 def latency_table(snap: Snapshot) -> Table:
     table = Table(title="Latency by status")
-    for col, justify in (("status", "left"), ("requests", "right"), ("mean ms", "right"), ("p50 ms", "right"),
-                         ("p95 ms", "right")):
+    for col, justify in (
+        ("status", "left"),
+        ("requests", "right"),
+        ("mean ms", "right"),
+        ("p50 ms", "right"),
+        ("p95 ms", "right"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for status in STATUSES:
         h = snap.latency.get(status, Histogram())

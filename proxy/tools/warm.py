@@ -33,16 +33,23 @@ async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, 
                 sig = await parts.signer.sign(req)
                 policy = parts.policy_box.policy.for_intent(sig.tags.intent)
                 if policy.cache and not sig.tags.context_switch:
-                    await parts.cache.write(request=req, who=who, sig=sig, policy=policy,
-                                            policy_version=parts.policy_box.policy.version, answer=turn.answer,
-                                            usage={})
+                    await parts.cache.write(
+                        request=req,
+                        who=who,
+                        sig=sig,
+                        policy=policy,
+                        policy_version=parts.policy_box.policy.version,
+                        answer=turn.answer,
+                        usage={},
+                    )
                     written += 1
         history = [*msgs, {"role": "assistant", "content": turn.answer or ""}]
     return written, skipped
 
 
-async def warm(convs: Sequence[Conversation], settings: Settings, *, model: str = "default",
-               concurrency: int = 16) -> tuple[int, int]:
+async def warm(
+    convs: Sequence[Conversation], settings: Settings, *, model: str = "default", concurrency: int = 16
+) -> tuple[int, int]:
     s = settings.replace(ready_after=0.0)  # warmed answers are past their feedback window already
     async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics()) as parts:
         gate = asyncio.Semaphore(concurrency)

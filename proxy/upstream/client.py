@@ -16,10 +16,22 @@ import orjson
 from proxy.errors import UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 
 # hop-by-hop and our own headers never go upstream; the body length is recomputed
-_DROP = frozenset({
-    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
-    "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "cache-control",
-})
+_DROP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "accept-encoding",
+        "cache-control",
+    }
+)
 _DROP_BACK = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"})
 
 
@@ -37,8 +49,13 @@ def translated_errors() -> Any:
         yield
     except httpx.TimeoutException as exc:
         raise UpstreamTimeout(f"upstream did not answer in time: {type(exc).__name__}") from exc
-    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
-            httpx.NetworkError) as exc:
+    except (
+        httpx.ConnectError,
+        httpx.RemoteProtocolError,
+        httpx.ReadError,
+        httpx.WriteError,
+        httpx.NetworkError,
+    ) as exc:
         raise UpstreamUnavailable(f"upstream unreachable: {type(exc).__name__}: {exc}") from exc
 
 
@@ -66,9 +83,14 @@ class Upstream:
 
     async def chat_json(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> JsonAnswer:
         with translated_errors():
-            resp = await self._client.post(self.url("chat/completions"), content=orjson.dumps(body), headers={
-                **{k: v for k, v in headers.items() if k.lower() != "content-type"},
-                "content-type": "application/json"})
+            resp = await self._client.post(
+                self.url("chat/completions"),
+                content=orjson.dumps(body),
+                headers={
+                    **{k: v for k, v in headers.items() if k.lower() != "content-type"},
+                    "content-type": "application/json",
+                },
+            )
         if resp.status_code >= 400:
             raise UpstreamStatus(resp.status_code, resp.content, resp.headers.get("content-type"))
         try:
@@ -78,11 +100,13 @@ class Upstream:
         return JsonAnswer(resp.status_code, parsed, resp.content, response_headers(resp.headers))
 
     @contextlib.asynccontextmanager
-    async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None,
-                          params: Any = None) -> AsyncIterator[httpx.Response]:
+    async def open_stream(
+        self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None, params: Any = None
+    ) -> AsyncIterator[httpx.Response]:
         """A response whose body is still to be read; non-2xx chat answers raise UpstreamStatus."""
-        request = self._client.build_request(method, self.url(path), headers=dict(headers), content=content,
-                                             params=params)
+        request = self._client.build_request(
+            method, self.url(path), headers=dict(headers), content=content, params=params
+        )
         with translated_errors():
             resp = await self._client.send(request, stream=True)
         try:

@@ -66,10 +66,10 @@ class SharedAnswer:
     cache_id: str | None = None
 
 
-def shared_of_usage(text: str, finish_reason: str, usage: Mapping[str, Any], cache_id: str | None
-                    ) -> SharedAnswer:
-    return SharedAnswer(text, finish_reason, int(usage.get("prompt_tokens") or 0),
-                        int(usage.get("completion_tokens") or 0), cache_id)
+def shared_of_usage(text: str, finish_reason: str, usage: Mapping[str, Any], cache_id: str | None) -> SharedAnswer:
+    return SharedAnswer(
+        text, finish_reason, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cache_id
+    )
 
 
 @dataclass
@@ -152,7 +152,7 @@ def with_finish_reason(events: list[bytes], finish_reason: str) -> list[bytes]:
     out = []
     for event in events:
         if event.startswith(b"data: {"):
-            chunk = orjson.loads(event[len(b"data: "):])
+            chunk = orjson.loads(event[len(b"data: ") :])
             choices = chunk.get("choices") or []
             if choices and choices[0].get("finish_reason") == "stop":
                 choices[0]["finish_reason"] = finish_reason

@@ -338,8 +338,7 @@ class LocalEngine:
                 code = self._process.poll()
                 if code is not None:
                     raise EngineError(
-                        f"engine exited with status {code} during start-up; last log lines:\n"
-                        f"{self.log_tail()}"
+                        f"engine exited with status {code} during start-up; last log lines:\n{self.log_tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     response = await client.get(f"{self.root_url}/health")
@@ -347,8 +346,7 @@ class LocalEngine:
                         return
                 if time.monotonic() > deadline:
                     raise EngineError(
-                        f"engine not healthy after {self._startup_timeout:.0f}s; last log lines:\n"
-                        f"{self.log_tail()}"
+                        f"engine not healthy after {self._startup_timeout:.0f}s; last log lines:\n{self.log_tail()}"
                     )
                 await asyncio.sleep(0.1)
 

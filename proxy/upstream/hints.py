@@ -96,9 +96,7 @@ def _vllm(body: dict[str, Any], headers: dict[str, str], ctx: HintContext) -> No
     if not _has_header(headers, VLLM_SESSION_HEADER):
         headers[VLLM_SESSION_HEADER] = ctx.session_id
     client_salt = body.get("cache_salt")
-    body["cache_salt"] = tenant_cache_salt(
-        ctx.tenant_id, client_salt if isinstance(client_salt, str) else None
-    )
+    body["cache_salt"] = tenant_cache_salt(ctx.tenant_id, client_salt if isinstance(client_salt, str) else None)
 
 
 def _sglang(body: dict[str, Any], headers: dict[str, str], ctx: HintContext) -> None:

@@ -26,8 +26,21 @@ from proxy.upstream.client import Upstream
 log = structlog.get_logger("smartcache")
 
 # Fields of the client's body that would make the prewarm request costly or different in kind.
-_DROPPED_FIELDS = frozenset({"stream", "stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs",
-                             "response_format", "tools", "tool_choice", "functions", "function_call"})
+_DROPPED_FIELDS = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "max_completion_tokens",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+    }
+)
 
 
 def prewarm_body(forward_body: Mapping[str, Any], answer: str) -> dict[str, Any]:

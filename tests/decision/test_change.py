@@ -52,7 +52,13 @@ EN_TRIP = ["Plan a 2-day trip to Kyoto with a hotel near the station"]
         pytest.param(EN_TRIP, "Thanks, that looks great", NO, None, id="en-thanks"),
         pytest.param(EN_TRIP, "I don't know much about Kyoto, is it safe?", NO, None, id="en-dont-know"),
         pytest.param(TRIP, "换个话题，帮我写一封请假邮件", NEW, "topic_switch:换个话题", id="zh-topic-phrase"),
-        pytest.param(EN_TRIP, "Different topic: how do I sort a list in Python?", NEW, "topic_switch:different topic", id="en-topic-phrase"),  # noqa: E501
+        pytest.param(
+            EN_TRIP,
+            "Different topic: how do I sort a list in Python?",
+            NEW,
+            "topic_switch:different topic",
+            id="en-topic-phrase",
+        ),
     ],
 )
 def test_detect_change(context: list[str], turn: str, kind: ChangeKind, signal: str | None) -> None:

@@ -23,10 +23,12 @@ from proxy.settings import load_settings
 
 @pytest.fixture
 async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
-    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home,
-                                                    "upstream": "http://127.0.0.1:9/v1"})
-    async with open_parts(settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(),
-                          backend=sync_embedder) as p:
+    settings = load_settings(
+        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+    )
+    async with open_parts(
+        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
+    ) as p:
         yield p
 
 
@@ -38,18 +40,33 @@ async def sign(parts: Parts, *turns: str) -> Signature:
 
 def record_of(sig: Signature, answer: str = "cached answer") -> Record:
     return Record(
-        cache_id="sc-test", tenant="t", user=None, scope="session", session="s", namespace="",
-        context_fingerprint=sig.context_fingerprint, intent=sig.tags.intent, coarse_tags=sig.record_tags(),
+        cache_id="sc-test",
+        tenant="t",
+        user=None,
+        scope="session",
+        session="s",
+        namespace="",
+        context_fingerprint=sig.context_fingerprint,
+        intent=sig.tags.intent,
+        coarse_tags=sig.record_tags(),
         vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
-        qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(), answer_text=answer, key_facts={},
-        model="m", system_prompt_version=sig.system_prompt_version, policy_version="v", request_hash="h",
+        qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
+        answer_text=answer,
+        key_facts={},
+        model="m",
+        system_prompt_version=sig.system_prompt_version,
+        policy_version="v",
+        request_hash="h",
         state="ready",
     )
 
 
 def candidate(cached: Signature, request: Signature) -> Candidate:
-    return Candidate(record_of(cached), float(cached.vector @ request.vector),
-                     float(cached.question_vector @ request.question_vector))
+    return Candidate(
+        record_of(cached),
+        float(cached.vector @ request.vector),
+        float(cached.question_vector @ request.question_vector),
+    )
 
 
 async def decide_pair(parts: Parts, cached: Signature, request: Signature) -> tuple[Status, str]:
@@ -87,8 +104,9 @@ async def test_close_embeddings_of_other_intents_never_hit(parts: Parts, first: 
 
 async def test_budget_change_is_a_change_with_a_conflicting_entity(parts: Parts) -> None:
     before = await sign(parts, "推荐一款适合编程的轻薄本，预算八千以内")
-    after = await sign(parts, "推荐一款适合编程的轻薄本，预算八千以内", "推荐 A 和 B 两款。",
-                       "预算提高到一万，重量再轻一点")
+    after = await sign(
+        parts, "推荐一款适合编程的轻薄本，预算八千以内", "推荐 A 和 B 两款。", "预算提高到一万，重量再轻一点"
+    )
     assert after.tags.change_instruction
     budgets = {n.value for n in after.tags.entities.numbers if n.slot == "budget"}
     assert budgets == {10000.0}
@@ -98,8 +116,18 @@ async def test_budget_change_is_a_change_with_a_conflicting_entity(parts: Parts)
 
 
 async def test_topic_switch_after_five_travel_turns_starts_a_new_conversation(parts: Parts) -> None:
-    travel = ["周末去杭州玩三天，帮我排一个行程", "第一天西湖。", "第二天去哪里", "第二天灵隐寺。", "酒店推荐哪家",
-              "推荐西湖边的酒店。", "交通怎么安排", "地铁加打车。", "门票多少钱", "西湖免费，灵隐寺75元。"]
+    travel = [
+        "周末去杭州玩三天，帮我排一个行程",
+        "第一天西湖。",
+        "第二天去哪里",
+        "第二天灵隐寺。",
+        "酒店推荐哪家",
+        "推荐西湖边的酒店。",
+        "交通怎么安排",
+        "地铁加打车。",
+        "门票多少钱",
+        "西湖免费，灵隐寺75元。",
+    ]
     switched = await sign(parts, *travel, "明天的会议纪要帮我整理一下")
     assert switched.tags.context_switch
     assert "杭州" not in switched.view_text  # signed as the root of a new conversation

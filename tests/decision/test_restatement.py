@@ -27,31 +27,61 @@ OSLO = ["how cold will it get in Oslo", "Tomorrow Oslo drops to -8C at night."]
 PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf at 12 Birch Road."]
 
 
-@pytest.mark.parametrize(("previous", "current", "context", "expected"), [
-    # the elliptical turn, spelled out with words of the earlier user turn
-    ("Tomorrow.", "How cold will it get in Oslo tomorrow?", OSLO, True),
-    ("Friday at 9am.", "Book the dentist appointment for Friday at 9am.",
-     ["I need to book a dentist appointment"], True),
-    # pointers replaced by what the stated reply named
-    ("How long does it take to get there?", "How long does it take to get to Greenleaf pharmacy at 12 Birch Road?",
-     PHARMACY, True),
-    ("明天上午。", "帮我查一下明天上午去上海的高铁", ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"], True),
-    # something new: another city, a negation, another time
-    ("Tomorrow.", "How cold will it get in Bergen tomorrow?", OSLO, False),
-    ("Tomorrow.", "How cold will it not get in Oslo tomorrow?", OSLO, False),
-    ("明天上午。", "帮我查一下明天下午去上海的高铁", ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"], False),
-    # words only an offer held: the user may not have taken it
-    ("What about Chinese?", "What about Chinese food in the north part of town?",
-     ["I want Italian food in the south part of town", statements("None in the south. Would you like the north?")],
-     False),
-    # the previous turn stood on its own: a longer question narrows it
-    ("What is the best way to learn the Rust programming language quickly",
-     "What is the best way to learn the Rust programming language quickly for work",
-     ["I use Rust at work"], False),
-    # the previous turn's own words dropped, or nothing added: not a restatement
-    ("Tomorrow.", "How cold will it get in Oslo?", OSLO, False),
-    ("Tomorrow.", "tomorrow", OSLO, False),
-])
+@pytest.mark.parametrize(
+    ("previous", "current", "context", "expected"),
+    [
+        # the elliptical turn, spelled out with words of the earlier user turn
+        ("Tomorrow.", "How cold will it get in Oslo tomorrow?", OSLO, True),
+        (
+            "Friday at 9am.",
+            "Book the dentist appointment for Friday at 9am.",
+            ["I need to book a dentist appointment"],
+            True,
+        ),
+        # pointers replaced by what the stated reply named
+        (
+            "How long does it take to get there?",
+            "How long does it take to get to Greenleaf pharmacy at 12 Birch Road?",
+            PHARMACY,
+            True,
+        ),
+        (
+            "明天上午。",
+            "帮我查一下明天上午去上海的高铁",
+            ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"],
+            True,
+        ),
+        # something new: another city, a negation, another time
+        ("Tomorrow.", "How cold will it get in Bergen tomorrow?", OSLO, False),
+        ("Tomorrow.", "How cold will it not get in Oslo tomorrow?", OSLO, False),
+        (
+            "明天上午。",
+            "帮我查一下明天下午去上海的高铁",
+            ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"],
+            False,
+        ),
+        # words only an offer held: the user may not have taken it
+        (
+            "What about Chinese?",
+            "What about Chinese food in the north part of town?",
+            [
+                "I want Italian food in the south part of town",
+                statements("None in the south. Would you like the north?"),
+            ],
+            False,
+        ),
+        # the previous turn stood on its own: a longer question narrows it
+        (
+            "What is the best way to learn the Rust programming language quickly",
+            "What is the best way to learn the Rust programming language quickly for work",
+            ["I use Rust at work"],
+            False,
+        ),
+        # the previous turn's own words dropped, or nothing added: not a restatement
+        ("Tomorrow.", "How cold will it get in Oslo?", OSLO, False),
+        ("Tomorrow.", "tomorrow", OSLO, False),
+    ],
+)
 def test_restates(previous: str, current: str, context: list[str], expected: bool) -> None:
     assert restates(previous, current, context) is expected
 
@@ -71,11 +101,18 @@ def restating_policy(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
-    settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home,
-                                                    "upstream": "http://127.0.0.1:9/v1",
-                                                    "policy": restating_policy(tmp_path)})
-    async with open_parts(settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(),
-                          backend=sync_embedder) as p:
+    settings = load_settings(
+        environ={},
+        overrides={
+            "data_dir": tmp_path,
+            "model_home": model_home,
+            "upstream": "http://127.0.0.1:9/v1",
+            "policy": restating_policy(tmp_path),
+        },
+    )
+    async with open_parts(
+        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
+    ) as p:
         yield p
 
 
@@ -103,9 +140,11 @@ async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(
     # so is a record of that turn with another answer than the one the user saw (a conversation
     # that opened alike under the same derived session id)
     twin = record_of(cached, "For 5 days pack a swimsuit and sunscreen.")
-    for other in (Candidate(record, gap1.view_similarity, q_sim, same_session=True, turn_gap=2),
-                  Candidate(record, gap1.view_similarity, q_sim),
-                  Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1)):
+    for other in (
+        Candidate(record, gap1.view_similarity, q_sim, same_session=True, turn_gap=2),
+        Candidate(record, gap1.view_similarity, q_sim),
+        Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1),
+    ):
         assert decide([other], request, policy).status is not Status.HIT
     d = decide([Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1), gap1], request, policy)
     assert d.record is record and d.reason == "restatement"
@@ -125,7 +164,8 @@ async def test_a_restatement_with_something_new_is_not_flagged(parts: Parts) -> 
 
 
 async def test_restatement_is_served_through_the_proxy_where_the_policy_allows_it(
-        make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path) -> None:
+    make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path
+) -> None:
     proxy = await make_proxy(policy=restating_policy(tmp_path))
     client = proxy.client(**{"x-smartcache-session": "ski"})
     history = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": ASK}]
@@ -134,8 +174,7 @@ async def test_restatement_is_served_through_the_proxy_where_the_policy_allows_i
     history += [{"role": "assistant", "content": when}, {"role": "user", "content": SLOT}]
     status, booked, _ = await chat(client, history)
     assert status == "miss"
-    history += [{"role": "assistant", "content": booked},
-                {"role": "user", "content": RESTATED}]
+    history += [{"role": "assistant", "content": booked}, {"role": "user", "content": RESTATED}]
     status, again, _ = await chat(client, history)
     assert (status, again) == ("hit", booked)
     assert len(upstream.script.calls) == 2

@@ -45,10 +45,14 @@ PLAIN = "好的，有什么其他问题随时问我。"
 @pytest.mark.parametrize(
     ("answer", "request_text", "ok", "failure"),
     [
-        pytest.param(LAPTOPS_7500_9000, "推荐三款编程轻薄本，预算八千以内", False, "budget:8999>8000", id="over-budget"),  # noqa: E501
+        pytest.param(
+            LAPTOPS_7500_9000, "推荐三款编程轻薄本，预算八千以内", False, "budget:8999>8000", id="over-budget"
+        ),
         pytest.param(LAPTOPS_7500_9000, "推荐三款编程轻薄本，预算一万以内", True, None, id="within-raised-budget"),
         pytest.param(LAPTOPS_UNDER_8000, "推荐三款编程轻薄本，预算八千以内", True, None, id="within-budget"),
-        pytest.param(LAPTOPS_UNDER_8000, "three laptops under $800 please", True, None, id="other-currency-not-compared"),  # noqa: E501
+        pytest.param(
+            LAPTOPS_UNDER_8000, "three laptops under $800 please", True, None, id="other-currency-not-compared"
+        ),
         pytest.param(LAPTOPS_UNDER_8000, "推荐五款编程轻薄本", False, "count:3!=5", id="three-of-five"),
         pytest.param(HANGZHOU_3_DAYS, "帮我排一个杭州五天的行程", False, "duration:3!=5", id="zh-3-day-plan-5-asked"),
         pytest.param(HANGZHOU_3_DAYS, "帮我排一个杭州三天的行程", True, None, id="zh-3-day-plan-ok"),
@@ -59,7 +63,9 @@ PLAIN = "好的，有什么其他问题随时问我。"
         pytest.param(BOOKS_3, "Recommend 3 sci-fi books", True, None, id="en-three-of-three"),
         pytest.param(FLIGHT_0620, "查一下6月21日北京到上海的航班", False, "dates:", id="other-date"),
         pytest.param(FLIGHT_0620, "查一下2025年6月20日北京到上海的航班", True, None, id="same-date-with-year"),
-        pytest.param(FLIGHT_0620, "查一下6月20日北京到上海的航班，预算1000以内", False, "budget:1200>1000", id="fare-over-budget"),  # noqa: E501
+        pytest.param(
+            FLIGHT_0620, "查一下6月20日北京到上海的航班，预算1000以内", False, "budget:1200>1000", id="fare-over-budget"
+        ),
         pytest.param(PLAIN, "推荐五款轻薄本，预算八千以内，6月20日前到货", True, None, id="no-facts-passes"),
         pytest.param(LAPTOPS_7500_9000, "这几款哪个续航最好", True, None, id="no-constraints-passes"),
     ],
@@ -114,7 +120,11 @@ def test_constraints_later_turns_override() -> None:
 @pytest.mark.parametrize(
     ("request_text", "expected"),
     [
-        pytest.param("去杭州玩三天，预算五千以内", Constraints(budget_max=5000, currency="CNY", duration_days=3, places=frozenset({"杭州"})), id="zh-trip"),  # noqa: E501
+        pytest.param(
+            "去杭州玩三天，预算五千以内",
+            Constraints(budget_max=5000, currency="CNY", duration_days=3, places=frozenset({"杭州"})),
+            id="zh-trip",
+        ),
         pytest.param("Summarize this in 5 sentences", Constraints(count=5, count_unit="sentence"), id="sentences"),
         pytest.param("人均100-150元的餐馆", Constraints(budget_max=150, budget_min=100, currency="CNY"), id="range"),
         pytest.param("flights on June 20", Constraints(dates=(620,)), id="en-date"),

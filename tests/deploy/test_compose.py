@@ -193,8 +193,14 @@ DOCKER_COMPOSE = shutil.which("docker-compose")
 def test_docker_compose_config_validates(env: dict[str, str], tmp_path: Path) -> None:
     assert DOCKER_COMPOSE is not None
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SMARTCACHE_", "VLLM_", "COMPOSE_"))}
-    run = subprocess.run([DOCKER_COMPOSE, "-f", str(COMPOSE), "config"], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT, env={**clean, **env})
+    run = subprocess.run(
+        [DOCKER_COMPOSE, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**clean, **env},
+    )
     assert run.returncode == 0, run.stderr
     rendered = yaml.safe_load(run.stdout)
     assert set(rendered["services"]) == set(load_compose()["services"])
@@ -204,8 +210,14 @@ def test_docker_compose_config_validates(env: dict[str, str], tmp_path: Path) ->
     # the validator is not a rubber stamp: the same file with one misspelt key is refused
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(COMPOSE.read_text(encoding="utf-8").replace("    healthcheck:", "    healthchek:", 1))
-    run = subprocess.run([DOCKER_COMPOSE, "-f", str(broken), "config", "-q"], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT, env=clean)
+    run = subprocess.run(
+        [DOCKER_COMPOSE, "-f", str(broken), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=clean,
+    )
     assert run.returncode != 0 and "healthchek" in run.stderr
 
 
@@ -251,8 +263,13 @@ def pins(text: str) -> set[str]:
 
 
 def pip_lines(instructions: list[Instruction]) -> list[str]:
-    return [part.strip() for ins in instructions if ins.op == "RUN" for part in ins.args.split("&&")
-            if "pip install" in part]
+    return [
+        part.strip()
+        for ins in instructions
+        if ins.op == "RUN"
+        for part in ins.args.split("&&")
+        if "pip install" in part
+    ]
 
 
 def test_dockerfile_base_image_satisfies_requires_python() -> None:
@@ -260,7 +277,7 @@ def test_dockerfile_base_image_satisfies_requires_python() -> None:
     minimum = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", project["requires-python"]).groups())  # type: ignore[union-attr]
     bases = [ins.args.split()[0] for ins in dockerfile() if ins.op == "FROM"]
     assert bases and all(re.fullmatch(r"python:3\.\d+-slim", base) for base in bases)
-    assert all(tuple(int(n) for n in base[len("python:"):-len("-slim")].split(".")) >= minimum for base in bases)
+    assert all(tuple(int(n) for n in base[len("python:") : -len("-slim")].split(".")) >= minimum for base in bases)
 
 
 def test_dockerfile_installs_the_package_and_the_pins_of_install_sh() -> None:
@@ -275,11 +292,18 @@ def test_dockerfile_installs_the_package_and_the_pins_of_install_sh() -> None:
 def test_dockerfile_copies_what_the_package_build_and_the_runtime_read() -> None:
     instructions = dockerfile()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    copied = {src for ins in instructions if ins.op == "COPY" and not ins.args.startswith("--from")
-              for src in ins.args.split()[:-1]}
+    copied = {
+        src
+        for ins in instructions
+        if ins.op == "COPY" and not ins.args.startswith("--from")
+        for src in ins.args.split()[:-1]
+    }
     tool = pyproject["tool"]["setuptools"]
-    needed = {"pyproject.toml", pyproject["project"]["readme"],
-              *(tool.get("package-dir", {}).get(p, p) for p in tool["packages"])}
+    needed = {
+        "pyproject.toml",
+        pyproject["project"]["readme"],
+        *(tool.get("package-dir", {}).get(p, p) for p in tool["packages"]),
+    }
     assert "policies" in needed
     assert needed <= copied
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
@@ -339,8 +363,7 @@ def native_libraries(distribution: str) -> set[str]:
 
 
 # in python:3.11-slim already (glibc, and the C++ runtime the interpreter's own modules need)
-SLIM_HAS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libgcc_s.so.1",
-            "libstdc++.so.6"}
+SLIM_HAS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libgcc_s.so.1", "libstdc++.so.6"}
 DEBIAN_PACKAGE = {"libgomp.so.1": "libgomp1"}
 
 
@@ -358,7 +381,7 @@ def test_runtime_image_has_the_native_libraries_the_engine_links() -> None:
 
 def test_build_stage_can_compile_what_has_no_wheel() -> None:
     """hnswlib has no wheel for this Python, so it was compiled here and will be in the image."""
-    wheel = (importlib.metadata.distribution("hnswlib").read_text("WHEEL") or "")
+    wheel = importlib.metadata.distribution("hnswlib").read_text("WHEEL") or ""
     if "manylinux" in wheel:
         pytest.skip("hnswlib came from a binary wheel here")
     instructions = dockerfile()

@@ -104,10 +104,19 @@ def check_expr(expr: str, series: dict[str, set[str]], recorded: dict[str, str])
 
 
 def test_every_issue_9_metric_is_exposed(series_labels: dict[str, set[str]]) -> None:
-    for name in ("smartcache_requests_total", "smartcache_hits_judged_total", "smartcache_saved_tokens_total",
-                 "smartcache_upstream_cached_tokens_total", "smartcache_stage_seconds_bucket",
-                 "smartcache_request_seconds_bucket", "smartcache_records", "smartcache_index_size",
-                 "smartcache_writes_total", "smartcache_evictions_total", "smartcache_upstream_errors_total"):
+    for name in (
+        "smartcache_requests_total",
+        "smartcache_hits_judged_total",
+        "smartcache_saved_tokens_total",
+        "smartcache_upstream_cached_tokens_total",
+        "smartcache_stage_seconds_bucket",
+        "smartcache_request_seconds_bucket",
+        "smartcache_records",
+        "smartcache_index_size",
+        "smartcache_writes_total",
+        "smartcache_evictions_total",
+        "smartcache_upstream_errors_total",
+    ):
         assert name in series_labels
 
 
@@ -120,8 +129,12 @@ def test_rules_name_only_existing_metrics_and_rules(
 
 
 def test_rules_include_the_four_numbers(recorded: dict[str, str]) -> None:
-    for name in ("smartcache:hit_rate:rate5m", "smartcache:precision_hit:rate1h",
-                 "smartcache:cache_pollution:rate1h", "smartcache:saved_tokens:rate5m"):
+    for name in (
+        "smartcache:hit_rate:rate5m",
+        "smartcache:precision_hit:rate1h",
+        "smartcache:cache_pollution:rate1h",
+        "smartcache:saved_tokens:rate5m",
+    ):
         assert name in recorded
     for name in recorded:
         assert re.fullmatch(r"smartcache:[a-z0-9_]+:[a-z0-9_]+", name), f"{name} is not level:metric:operation"
@@ -147,9 +160,15 @@ def test_dashboard_names_only_existing_metrics_and_rules(
 
 def test_dashboard_shows_what_issue_9_asks_for(dashboard: dict[str, Any]) -> None:
     exprs = " ".join(expr for expr, _ in dashboard_targets(dashboard))
-    for shown in ("smartcache:hit_rate:rate5m", "smartcache:precision_hit:rate1h",
-                  "smartcache:cache_pollution:rate1h", "smartcache:saved_tokens", "smartcache:request_seconds",
-                  "smartcache:stage_seconds", "smartcache:records:by_state"):
+    for shown in (
+        "smartcache:hit_rate:rate5m",
+        "smartcache:precision_hit:rate1h",
+        "smartcache:cache_pollution:rate1h",
+        "smartcache:saved_tokens",
+        "smartcache:request_seconds",
+        "smartcache:stage_seconds",
+        "smartcache:records:by_state",
+    ):
         assert shown in exprs
 
 

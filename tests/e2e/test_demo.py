@@ -44,8 +44,20 @@ def refused(port: int) -> bool:
 
 async def start_demo(tmp_path: Path, model_home: Path, *extra: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "demo", "--port", "0", "--data-dir", str(tmp_path / "demo"), *extra,
-        cwd=ROOT, env=demo_env(model_home), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "proxy",
+        "demo",
+        "--port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "demo"),
+        *extra,
+        cwd=ROOT,
+        env=demo_env(model_home),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
 
 
 def check_table(out: str) -> None:
@@ -88,14 +100,22 @@ async def test_demo_keeps_serving_until_ctrl_c(tmp_path: Path, model_home: Path)
         found = ADDRESSES.search(out)
         assert found
         # the user's own requests after the script: a question and its paraphrase, in a session of their own
-        client = openai.AsyncOpenAI(base_url=found.group(1), api_key="mine", max_retries=0, timeout=120,
-                                    default_headers={"x-smartcache-session": "mine"})
+        client = openai.AsyncOpenAI(
+            base_url=found.group(1),
+            api_key="mine",
+            max_retries=0,
+            timeout=120,
+            default_headers={"x-smartcache-session": "mine"},
+        )
         model = (await client.models.list()).data[0].id
         statuses = []
         for text in ("Give me three tips for sleeping better.", "give me 3 tips for sleeping better"):
             raw = await client.chat.completions.with_raw_response.create(
-                model=model, max_tokens=MAX_TOKENS, temperature=0,
-                messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}])
+                model=model,
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}],
+            )
             statuses.append(raw.headers["x-cache-status"])
         assert statuses == ["miss", "hit"]
     finally:
@@ -106,8 +126,9 @@ async def test_demo_keeps_serving_until_ctrl_c(tmp_path: Path, model_home: Path)
 
 
 def test_demo_settings_start_the_local_engine_with_instant_answers(tmp_path: Path) -> None:
-    base = load_settings(environ={"SMARTCACHE_UPSTREAM": "http://elsewhere:8000/v1"},
-                         overrides={"data_dir": tmp_path / "base"})
+    base = load_settings(
+        environ={"SMARTCACHE_UPSTREAM": "http://elsewhere:8000/v1"}, overrides={"data_dir": tmp_path / "base"}
+    )
     settings = demo_settings(base, port=0)
     assert settings.upstream is None and settings.upstream_flavour == "llamacpp"
     assert settings.data_dir == tmp_path / "base" / "demo" and settings.models_root == tmp_path / "base"
@@ -127,8 +148,9 @@ def test_script_is_bilingual_and_shows_every_status() -> None:
 def test_results_table_cells(similarity: float | None, shown: str) -> None:
     from rich.console import Console
 
-    result = TurnResult(DemoTurn("en", "hello there", "first ask: miss"), "miss", "no_candidate", similarity,
-                        12.4, 0, 5, "hi")
+    result = TurnResult(
+        DemoTurn("en", "hello there", "first ask: miss"), "miss", "no_candidate", similarity, 12.4, 0, 5, "hi"
+    )
     console = Console(record=True, width=200)
     console.print(results_table([result]))
     (row,) = table_rows(console.export_text())
@@ -138,8 +160,12 @@ def test_results_table_cells(similarity: float | None, shown: str) -> None:
 async def run_example(proxy: Proxy, *command: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MODEL"))}
     proc = await asyncio.create_subprocess_exec(
-        *command, cwd=ROOT, env={**env, "OPENAI_BASE_URL": proxy.base_url, "OPENAI_API_KEY": "key-example"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *command,
+        cwd=ROOT,
+        env={**env, "OPENAI_BASE_URL": proxy.base_url, "OPENAI_API_KEY": "key-example"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode()
     return out.decode()
@@ -149,8 +175,7 @@ async def test_openai_sdk_example_shows_a_miss_then_a_streamed_hit(proxy: Proxy,
     out = await run_example(proxy, sys.executable, "examples/openai_sdk.py")
     assert re.search(r"^\[not streamed\] x-cache-status=miss$", out, re.M), out
     hit_line = r"^\[streamed\] x-cache-status=hit x-cache-similarity=(?:0\.9\d+|1\.0000) x-cache-id=sc-\w+ age=\d+$"
-    assert re.search(hit_line,
-                     out, re.M), out
+    assert re.search(hit_line, out, re.M), out
     answer = "Answer #1 to: Give me three tips for sleeping better."
     assert out.count(answer) == 2  # the hit streamed the very answer the miss stored
     assert len(upstream.script.calls) == 1

@@ -26,8 +26,9 @@ async def chat(client: openai.AsyncOpenAI, messages: list[dict[str, str]], **kw:
     return raw.headers.get("x-cache-status", ""), completion.choices[0].message.content or "", raw
 
 
-async def chat_stream(client: openai.AsyncOpenAI, messages: list[dict[str, str]], **kw: Any
-                      ) -> tuple[str, str, list[Any]]:
+async def chat_stream(
+    client: openai.AsyncOpenAI, messages: list[dict[str, str]], **kw: Any
+) -> tuple[str, str, list[Any]]:
     async with client.chat.completions.with_streaming_response.create(
         model="m", messages=messages, stream=True, **kw
     ) as resp:
@@ -57,8 +58,9 @@ async def test_hit_is_streamed_as_sse_with_usage_chunk(proxy: Proxy, upstream: U
     client = proxy.client(**{"x-smartcache-session": "s2"})
     status, first, _ = await chat(client, ask("Give me three tips for sleeping better."))
     assert status == "miss"
-    status, text, chunks = await chat_stream(client, ask("give me 3 tips for sleeping better"),
-                                             stream_options={"include_usage": True})
+    status, text, chunks = await chat_stream(
+        client, ask("give me 3 tips for sleeping better"), stream_options={"include_usage": True}
+    )
     assert status == "hit"
     assert text == first
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -89,8 +91,9 @@ async def test_another_tenant_never_gets_the_answer(proxy: Proxy, upstream: Upst
     assert len(upstream.script.calls) == 2
 
 
-async def test_regenerate_is_forwarded_and_rejects_the_pending_record(make_proxy: ProxyFactory,
-                                                                     upstream: Upstream) -> None:
+async def test_regenerate_is_forwarded_and_rejects_the_pending_record(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
     proxy = await make_proxy(ready_after=30.0)
     client = proxy.client(**{"x-smartcache-session": "s4"})
     messages = ask("Write a haiku about autumn.")
@@ -122,15 +125,17 @@ async def test_records_survive_a_restart(make_proxy: ProxyFactory, upstream: Ups
     _, first, _ = await chat(client, ask("What is the capital of Australia?"))
     await first_proxy.stop()
     second_proxy = await make_proxy()
-    status, text, _ = await chat(second_proxy.client(**{"x-smartcache-session": "s6"}),
-                                 ask("what is the capital of australia"))
+    status, text, _ = await chat(
+        second_proxy.client(**{"x-smartcache-session": "s6"}), ask("what is the capital of australia")
+    )
     assert (status, text) == ("hit", first)
     assert len(upstream.script.calls) == 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_upstream_500_reaches_the_client_and_nothing_is_stored(proxy: Proxy, upstream: Upstream,
-                                                                    stream: bool) -> None:
+async def test_upstream_500_reaches_the_client_and_nothing_is_stored(
+    proxy: Proxy, upstream: Upstream, stream: bool
+) -> None:
     upstream.script.mode = "error500"
     client = proxy.client(**{"x-smartcache-session": "s7"})
     with pytest.raises(openai.InternalServerError) as info:
@@ -174,8 +179,12 @@ async def test_cut_stream_and_truncated_and_tool_answers_are_not_stored(proxy: P
 async def test_client_disconnect_mid_stream_stores_nothing(proxy: Proxy, upstream: Upstream) -> None:
     upstream.script.answers["Tell me a long story."] = "Once upon a time " * 200
     body = {"model": "m", "stream": True, "messages": ask("Tell me a long story.")}
-    async with aiohttp.ClientSession() as session, session.post(f"{proxy.base_url}/chat/completions", json=body,
-                            headers={"Authorization": "Bearer key-A"}) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{proxy.base_url}/chat/completions", json=body, headers={"Authorization": "Bearer key-A"}
+        ) as resp,
+    ):
         assert resp.status == 200
         await resp.content.readany()
     await asyncio.sleep(1.0)  # let the upstream stream finish on the proxy side
@@ -200,11 +209,15 @@ async def test_client_disconnect_mid_stream_stores_nothing(proxy: Proxy, upstrea
         (b'{"model": "m", "cache": {"bogus": 1}, "messages": [{"role": "user", "content": "hi"}]}', 400, "cache"),
     ],
 )
-async def test_malformed_input_gets_an_openai_style_4xx(proxy: Proxy, upstream: Upstream, body: bytes,
-                                                       status: int, param: str | None) -> None:
-    async with aiohttp.ClientSession() as session, session.post(
-        f"{proxy.base_url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    ) as resp:
+async def test_malformed_input_gets_an_openai_style_4xx(
+    proxy: Proxy, upstream: Upstream, body: bytes, status: int, param: str | None
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{proxy.base_url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
         assert resp.status == status
         payload = await resp.json()
     assert payload["error"]["type"] == "invalid_request_error"
@@ -225,10 +238,17 @@ async def test_body_over_the_limit_is_413(make_proxy: ProxyFactory, upstream: Up
 @pytest.mark.parametrize("session", ["s\xe9ssion", "has space", "x" * 201])
 async def test_bad_session_header_is_refused(proxy: Proxy, upstream: Upstream, session: str) -> None:
     body = {"model": "m", "messages": ask("hello")}
-    async with aiohttp.ClientSession() as http, http.post(
-        f"{proxy.base_url}/chat/completions", json=body,
-        headers={"Authorization": "Bearer key-A", "x-smartcache-session": session.encode("latin-1").decode("latin-1")},
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{proxy.base_url}/chat/completions",
+            json=body,
+            headers={
+                "Authorization": "Bearer key-A",
+                "x-smartcache-session": session.encode("latin-1").decode("latin-1"),
+            },
+        ) as resp,
+    ):
         assert resp.status == 400
         assert (await resp.json())["error"]["param"] == "x-smartcache-session"
     assert upstream.script.calls == []

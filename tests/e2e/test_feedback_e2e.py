@@ -42,8 +42,9 @@ async def test_a_chinese_correction_rejects_a_pending_answer(make_proxy: ProxyFa
     store = proxy.app[keys.CACHE].store
     (record,) = [r async for r in store.iter_live()]
     assert record.state == "pending"
-    await chat(client, [*question, {"role": "assistant", "content": answer},
-                        {"role": "user", "content": "不对，不是这个意思"}])
+    await chat(
+        client, [*question, {"role": "assistant", "content": answer}, {"role": "user", "content": "不对，不是这个意思"}]
+    )
     assert (await store.get(record.cache_id)).state == "rejected"
 
 
@@ -61,8 +62,12 @@ async def test_a_reset_phrase_makes_the_next_repeat_a_miss(proxy: Proxy, upstrea
 
 @pytest.mark.parametrize(
     ("question", "intent"),
-    [("今天杭州天气怎么样？", "realtime"), ("What's the AAPL stock price right now?", "realtime"),
-     ("布洛芬一天最多能吃几片？", "medical"), ("What dose of ibuprofen is safe for a child?", "medical")],
+    [
+        ("今天杭州天气怎么样？", "realtime"),
+        ("What's the AAPL stock price right now?", "realtime"),
+        ("布洛芬一天最多能吃几片？", "medical"),
+        ("What dose of ibuprofen is safe for a child?", "medical"),
+    ],
 )
 async def test_realtime_and_medical_are_bypassed_with_the_reason_logged(
     proxy: Proxy, upstream: Upstream, question: str, intent: str

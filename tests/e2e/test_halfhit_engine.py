@@ -49,8 +49,9 @@ async def tokens(engine: LocalEngine) -> AsyncIterator[TokenCounter]:
         async def count(messages: Messages) -> int:
             """Tokens of the rendered prompt (a trailing assistant turn renders without its end)."""
             rendered = await http.post("/apply-template", json={"messages": messages})
-            tokenized = await http.post("/tokenize", json={"content": rendered.json()["prompt"],
-                                                           "add_special": False, "parse_special": True})
+            tokenized = await http.post(
+                "/tokenize", json={"content": rendered.json()["prompt"], "add_special": False, "parse_special": True}
+            )
             return len(tokenized.json()["tokens"])
 
         yield count
@@ -58,12 +59,16 @@ async def tokens(engine: LocalEngine) -> AsyncIterator[TokenCounter]:
 
 def history(topic: str) -> Messages:
     """About 200 tokens of settled conversation, unique to ``topic`` from its first token."""
-    details = (f"I am planning a first trip to {topic} next spring with my partner. We have about ten days, "
-               "we like quiet neighbourhoods, local food markets, museums and long walks, and we do not want "
-               "to rent a car. One of us is vegetarian and the other does not like crowds or early mornings. ")
-    return [{"role": "system", "content": f"You are a concise travel assistant for {topic}."},
-            {"role": "user", "content": details * 2},
-            {"role": "assistant", "content": f"Great, {topic} in spring is lovely; stay somewhere central."}]
+    details = (
+        f"I am planning a first trip to {topic} next spring with my partner. We have about ten days, "
+        "we like quiet neighbourhoods, local food markets, museums and long walks, and we do not want "
+        "to rent a car. One of us is vegetarian and the other does not like crowds or early mornings. "
+    )
+    return [
+        {"role": "system", "content": f"You are a concise travel assistant for {topic}."},
+        {"role": "user", "content": details * 2},
+        {"role": "assistant", "content": f"Great, {topic} in spring is lovely; stay somewhere central."},
+    ]
 
 
 def user(text: str) -> dict[str, str]:
@@ -75,8 +80,13 @@ async def send(proxy: Proxy, session: str, messages: Messages, **extra: Any) -> 
     client = proxy.client(**{"x-smartcache-session": session})
     with capture_logs() as logs:
         if extra.pop("stream", False):
-            stream = await client.chat.completions.create(model="m", messages=messages, stream=True,  # type: ignore[arg-type]
-                                                          **GEN, **extra)
+            stream = await client.chat.completions.create(
+                model="m",
+                messages=messages,
+                stream=True,  # type: ignore[arg-type]
+                **GEN,
+                **extra,
+            )
             reply: Any = [chunk async for chunk in stream]
         else:
             reply = await client.chat.completions.create(model="m", messages=messages, **GEN, **extra)  # type: ignore[arg-type]
@@ -91,22 +101,25 @@ async def send(proxy: Proxy, session: str, messages: Messages, **extra: Any) -> 
 
 
 async def engine_proxy(make_proxy: ProxyFactory, engine: LocalEngine, **settings: Any) -> Proxy:
-    return await make_proxy(upstream=engine.base_url, upstream_flavour="llamacpp", upstream_timeout=120.0,
-                            **settings)
+    return await make_proxy(upstream=engine.base_url, upstream_flavour="llamacpp", upstream_timeout=120.0, **settings)
 
 
-async def test_half_hit_prefills_only_the_changed_turn(make_proxy: ProxyFactory, engine: LocalEngine,
-                                                       tokens: TokenCounter) -> None:
+async def test_half_hit_prefills_only_the_changed_turn(
+    make_proxy: ProxyFactory, engine: LocalEngine, tokens: TokenCounter
+) -> None:
     proxy = await engine_proxy(make_proxy, engine)
     past = history("Lisbon")
     first, _ = await send(proxy, "hh1", [*past, user("Suggest a hotel area, our budget is 8000 dollars.")])
     assert (first["status"], first["stored"]) == ("miss", True)
     # streamed, and the client does not ask for usage: we ask upstream for it and strip it again
-    changed, chunks = await send(proxy, "hh1", [*past, user("Actually our budget is only 3000 dollars, suggest "
-                                                            "a hotel area.")], stream=True)
+    changed, chunks = await send(
+        proxy, "hh1", [*past, user("Actually our budget is only 3000 dollars, suggest a hotel area.")], stream=True
+    )
     history_tokens = await tokens(past)
-    print(f"\n[half-hit] cold miss: {first['upstream_cached_tokens']} cached; half-hit "
-          f"({changed['reason']}): {changed['upstream_cached_tokens']} cached of {history_tokens} history tokens")
+    print(
+        f"\n[half-hit] cold miss: {first['upstream_cached_tokens']} cached; half-hit "
+        f"({changed['reason']}): {changed['upstream_cached_tokens']} cached of {history_tokens} history tokens"
+    )
     assert changed["status"] == "half-hit"
     assert first["upstream_cached_tokens"] < 0.5 * history_tokens
     assert changed["upstream_cached_tokens"] >= HALF_HIT_SHARE * history_tokens
@@ -128,13 +141,15 @@ async def test_a_hit_saves_the_tokens_its_answer_cost_upstream(make_proxy: Proxy
     assert hit["saved_tokens"] == spent > completion.usage.prompt_tokens > 100
     assert served.choices[0].message.content == completion.choices[0].message.content
     metrics = proxy.app[keys.METRICS].registry
-    saved = [metrics.get_sample_value("smartcache_saved_tokens_total", {"kind": kind})
-             for kind in ("prompt", "completion")]
+    saved = [
+        metrics.get_sample_value("smartcache_saved_tokens_total", {"kind": kind}) for kind in ("prompt", "completion")
+    ]
     assert saved == [completion.usage.prompt_tokens, completion.usage.completion_tokens]
 
 
-async def next_turn_after_a_hit(proxy: Proxy, topic: str, session: str,
-                                tokens: TokenCounter) -> tuple[dict[str, Any], int, int]:
+async def next_turn_after_a_hit(
+    proxy: Proxy, topic: str, session: str, tokens: TokenCounter
+) -> tuple[dict[str, Any], int, int]:
     """Miss, paraphrased hit, next turn. (next turn's log line, tokens through the paraphrased
     question, tokens through the served answer)."""
     past = history(topic)
@@ -151,14 +166,17 @@ async def next_turn_after_a_hit(proxy: Proxy, topic: str, session: str,
 
 
 @pytest.mark.parametrize("prewarm", [True, False])
-async def test_prewarm_after_a_direct_hit_caches_the_served_answer(make_proxy: ProxyFactory, engine: LocalEngine,
-                                                                   tokens: TokenCounter, prewarm: bool) -> None:
+async def test_prewarm_after_a_direct_hit_caches_the_served_answer(
+    make_proxy: ProxyFactory, engine: LocalEngine, tokens: TokenCounter, prewarm: bool
+) -> None:
     proxy = await engine_proxy(make_proxy, engine, prewarm=prewarm)
     topic = "Seville" if prewarm else "Ghent"
     following, through_question, through_answer = await next_turn_after_a_hit(proxy, topic, f"pw-{prewarm}", tokens)
     cached = following["upstream_cached_tokens"]
-    print(f"\n[prewarm={prewarm}] next turn: {cached} cached; question ends at {through_question}, "
-          f"served answer at {through_answer}")
+    print(
+        f"\n[prewarm={prewarm}] next turn: {cached} cached; question ends at {through_question}, "
+        f"served answer at {through_answer}"
+    )
     if prewarm:
         assert cached >= through_answer - 1  # the trailing assistant turn renders without its end token
     else:
@@ -183,8 +201,9 @@ def prewarm_policy(tmp_path: Path) -> Path:
 QUESTION = "What is the tallest mountain in Europe?"
 
 
-async def ask_then_hit(proxy: Proxy, session: str, *, hits: int = 1, delay_after_miss: float = 0.0,
-                       upstream: Upstream | None = None) -> None:
+async def ask_then_hit(
+    proxy: Proxy, session: str, *, hits: int = 1, delay_after_miss: float = 0.0, upstream: Upstream | None = None
+) -> None:
     """A miss, then ``hits`` paraphrases that hit (each a distinct request, so none is a regenerate)."""
     client = proxy.client(**{"x-smartcache-session": session})
     await client.chat.completions.create(model="m", messages=[SYSTEM, user(QUESTION)])  # type: ignore[list-item]
@@ -192,7 +211,8 @@ async def ask_then_hit(proxy: Proxy, session: str, *, hits: int = 1, delay_after
         upstream.script.delay = delay_after_miss
     for i in range(hits):
         raw = await client.chat.completions.with_raw_response.create(
-            model="m", messages=[SYSTEM, user("what is the tallest mountain in europe" + "!" * i)])  # type: ignore[list-item]
+            model="m", messages=[SYSTEM, user("what is the tallest mountain in europe" + "!" * i)]
+        )  # type: ignore[list-item]
         assert raw.headers["x-cache-status"] == "hit"
 
 
@@ -204,8 +224,11 @@ async def test_a_policy_with_prewarm_sends_the_conversation_with_the_served_answ
     await proxy.app[keys.CHAT].prewarmer.drain()  # type: ignore[union-attr]
     assert len(upstream.script.calls) == 2
     warm, headers = upstream.script.calls[1], upstream.script.headers[1]
-    assert warm["messages"] == [SYSTEM, user("what is the tallest mountain in europe"),
-                                {"role": "assistant", "content": f"Answer #1 to: {QUESTION}"}]
+    assert warm["messages"] == [
+        SYSTEM,
+        user("what is the tallest mountain in europe"),
+        {"role": "assistant", "content": f"Answer #1 to: {QUESTION}"},
+    ]
     assert (warm["max_tokens"], warm["temperature"], warm["cache_prompt"]) == (1, 0, True)
     assert "stream" not in warm and "id_slot" not in warm
     assert headers["Authorization"] == "Bearer key-A"
@@ -218,8 +241,9 @@ async def test_prewarm_is_off_by_default(proxy: Proxy, upstream: Upstream) -> No
     assert proxy.app[keys.CHAT].prewarmer.sent == 0  # type: ignore[union-attr]
 
 
-async def test_prewarms_beyond_the_limit_are_dropped_and_never_delay_hits(make_proxy: ProxyFactory,
-                                                                          upstream: Upstream) -> None:
+async def test_prewarms_beyond_the_limit_are_dropped_and_never_delay_hits(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
     proxy = await make_proxy(prewarm=True, prewarm_concurrency=1)
     prewarmer = proxy.app[keys.CHAT].prewarmer
     assert prewarmer is not None

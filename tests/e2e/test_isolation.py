@@ -31,8 +31,8 @@ from proxy.identity import tenant_of
 from proxy.settings import load_settings
 from proxy.text.normalize import system_prompt_version
 from tests.conftest import Proxy, Upstream
-from tests.scripted_upstream import Script, scripted_app
 from tests.e2e.test_lifecycle import write_policy
+from tests.scripted_upstream import Script, scripted_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -42,8 +42,13 @@ SYSTEM = "You are a helpful assistant."
 SCOPED_INTENTS = {
     "chitchat": {"scope": "tenant", "widen_to": "tenant", "force": True, "keywords": ["joke"]},
     "travel": {"scope": "user", "widen_to": "user", "force": True, "keywords": ["itinerary"]},
-    "after_sales": {"scope": "global", "widen_to": "global", "global_safe": True, "force": True,
-                    "keywords": ["warranty"]},
+    "after_sales": {
+        "scope": "global",
+        "widen_to": "global",
+        "global_safe": True,
+        "force": True,
+        "keywords": ["warranty"],
+    },
 }
 
 
@@ -61,17 +66,26 @@ class Stack:
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory, model_home: Path,
-                sync_embedder: SyncEmbedder) -> AsyncIterator[Stack]:
+async def stack(
+    tmp_path_factory: pytest.TempPathFactory, model_home: Path, sync_embedder: SyncEmbedder
+) -> AsyncIterator[Stack]:
     script = Script()
     up = TestServer(scripted_app(script), host="127.0.0.1")
     await up.start_server()
     data = tmp_path_factory.mktemp("isolation")
     upstream = Upstream(script, up)
-    settings = load_settings(environ={}, overrides={
-        "upstream": upstream.url, "data_dir": data / "data", "model_home": model_home, "ready_after": 0.0,
-        "upstream_timeout": 5.0, "debug_headers": True,
-        "policy": write_policy(data / "policy.yaml", **SCOPED_INTENTS)})
+    settings = load_settings(
+        environ={},
+        overrides={
+            "upstream": upstream.url,
+            "data_dir": data / "data",
+            "model_home": model_home,
+            "ready_after": 0.0,
+            "upstream_timeout": 5.0,
+            "debug_headers": True,
+            "policy": write_policy(data / "policy.yaml", **SCOPED_INTENTS),
+        },
+    )
     server = TestServer(create_app(settings, backend=sync_embedder), host="127.0.0.1")
     await server.start_server()
     yield Stack(Proxy(server, settings, server.app), upstream)
@@ -110,8 +124,11 @@ async def send(stack: Stack, who: Caller, text: str, *, model: str, stream: bool
     headers = {"x-smartcache-debug": "1", **who.headers}
     if who.auth is not None:
         headers["Authorization"] = who.auth
-    body = {"model": model, "messages": [{"role": "system", "content": who.system}, {"role": "user", "content": text}],
-            **who.body}
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": who.system}, {"role": "user", "content": text}],
+        **who.body,
+    }
     if stream:
         body["stream"] = True
     async with aiohttp.ClientSession() as http, http.post(stack.url + who.query, json=body, headers=headers) as resp:
@@ -120,8 +137,11 @@ async def send(stack: Stack, who: Caller, text: str, *, model: str, stream: bool
     if resp.status != 200:
         return Reply(resp.status, cache, "", intent, orjson.loads(raw)["error"])
     if stream:
-        events = [orjson.loads(line[6:]) for line in raw.decode().splitlines()
-                  if line.startswith("data: ") and line != "data: [DONE]"]
+        events = [
+            orjson.loads(line[6:])
+            for line in raw.decode().splitlines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
         content = "".join(c["choices"][0]["delta"].get("content") or "" for c in events if c.get("choices"))
         return Reply(resp.status, cache, content, intent)
     return Reply(resp.status, cache, orjson.loads(raw)["choices"][0]["message"]["content"], intent)
@@ -129,11 +149,15 @@ async def send(stack: Stack, who: Caller, text: str, *, model: str, stream: bool
 
 async def sdk_chat(client: openai.AsyncOpenAI, text: str, *, model: str, **kw: Any) -> Reply:
     raw = await client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
-        extra_headers={"x-smartcache-debug": "1"}, **kw)
+        model=model,
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+        extra_headers={"x-smartcache-debug": "1"},
+        **kw,
+    )
     content = raw.parse().choices[0].message.content or ""
-    return Reply(raw.status_code, raw.headers.get("x-cache-status", ""), content,
-                 raw.headers.get("x-smartcache-intent", ""))
+    return Reply(
+        raw.status_code, raw.headers.get("x-cache-status", ""), content, raw.headers.get("x-smartcache-intent", "")
+    )
 
 
 def again(text: str, n: int = 1) -> str:
@@ -159,8 +183,7 @@ async def test_a_session_scoped_answer_never_serves_another_session(stack: Stack
     # a derived session (no header) is another conversation too
     derived = await sdk_chat(stack.proxy.client("key-A"), text, model=model)
     assert derived.cache == "miss" and derived.text != first.text
-    same = await sdk_chat(stack.proxy.client("key-A", **{"x-smartcache-session": "sess-1"}), again(text),
-                          model=model)
+    same = await sdk_chat(stack.proxy.client("key-A", **{"x-smartcache-session": "sess-1"}), again(text), model=model)
     assert (same.cache, same.text) == ("hit", first.text)
 
 
@@ -250,57 +273,126 @@ def _attacks() -> list[Attack]:
     joke = "Tell me a joke about {}."
     return [
         Attack("same text, other key", a, b, joke.format("pirates")),
-        Attack("spoofed session header, other key", bearer("key-A", **{"x-smartcache-session": "victim-s"}),
-               bearer("key-B", **{"x-smartcache-session": "victim-s"}), joke.format("lighthouses")),
-        Attack("spoofed session on a session-scoped answer", bearer("key-A", **{"x-smartcache-session": "v-2"}),
-               bearer("key-B", **{"x-smartcache-session": "v-2"}), "Explain how tides work."),
-        Attack("spoofed user header, other key", bearer("key-A", **{"x-smartcache-user": "alice"}),
-               bearer("key-B", **{"x-smartcache-user": "alice"}), "Suggest an itinerary for Porto."),
-        Attack("spoofed body user, other key", Caller(auth="Bearer key-A", body={"user": "alice"}),
-               Caller(auth="Bearer key-B", body={"user": "alice"}), "Suggest an itinerary for Seville."),
+        Attack(
+            "spoofed session header, other key",
+            bearer("key-A", **{"x-smartcache-session": "victim-s"}),
+            bearer("key-B", **{"x-smartcache-session": "victim-s"}),
+            joke.format("lighthouses"),
+        ),
+        Attack(
+            "spoofed session on a session-scoped answer",
+            bearer("key-A", **{"x-smartcache-session": "v-2"}),
+            bearer("key-B", **{"x-smartcache-session": "v-2"}),
+            "Explain how tides work.",
+        ),
+        Attack(
+            "spoofed user header, other key",
+            bearer("key-A", **{"x-smartcache-user": "alice"}),
+            bearer("key-B", **{"x-smartcache-user": "alice"}),
+            "Suggest an itinerary for Porto.",
+        ),
+        Attack(
+            "spoofed body user, other key",
+            Caller(auth="Bearer key-A", body={"user": "alice"}),
+            Caller(auth="Bearer key-B", body={"user": "alice"}),
+            "Suggest an itinerary for Seville.",
+        ),
         Attack("missing key", a, Caller(), joke.format("volcanoes")),
         Attack("anonymous answer, keyed caller", Caller(), a, joke.format("glaciers")),
         Attack("key in the query string", a, Caller(query="?api_key=key-A"), joke.format("owls")),
-        Attack("query key beside another bearer", a, Caller(auth="Bearer key-B", query="?api_key=key-A&key=key-A"),
-               joke.format("cactuses")),
+        Attack(
+            "query key beside another bearer",
+            a,
+            Caller(auth="Bearer key-B", query="?api_key=key-A&key=key-A"),
+            joke.format("cactuses"),
+        ),
         Attack("key in the body", a, Caller(body={"api_key": "key-A"}), joke.format("submarines")),
         Attack("Basic scheme, same secret", a, Caller(auth="Basic key-A"), joke.format("kangaroos")),
         Attack("Token scheme, same secret", a, Caller(auth="Token key-A"), joke.format("tractors")),
         Attack("no scheme, bare key", a, Caller(auth="key-A"), joke.format("robots")),
         Attack("empty bearer", a, Caller(auth="Bearer "), joke.format("bakers")),
-        Attack("two other-scheme credentials", Caller(auth="Basic dXNlcjE6cHc="), Caller(auth="Basic dXNlcjI6cHc="),
-               joke.format("wizards")),
+        Attack(
+            "two other-scheme credentials",
+            Caller(auth="Basic dXNlcjE6cHc="),
+            Caller(auth="Basic dXNlcjI6cHc="),
+            joke.format("wizards"),
+        ),
         Attack("key differs only in case", a, Caller(auth="Bearer KEY-A"), joke.format("dentists")),
         Attack("key is a prefix of the victim's", bearer("key-A-full"), bearer("key-A"), joke.format("cellos")),
         Attack("key extends the victim's", a, bearer("key-A2"), joke.format("ninjas")),
-        Attack("very long keys differing in the last character", bearer(LONG + "1"), bearer(LONG + "2"),
-               joke.format("librarians")),
+        Attack(
+            "very long keys differing in the last character",
+            bearer(LONG + "1"),
+            bearer(LONG + "2"),
+            joke.format("librarians"),
+        ),
         Attack("victim key followed by padding", a, Caller(auth=f"Bearer key-A {LONG}"), joke.format("astronauts")),
-        Attack("header name case variants, other key", bearer("key-A", **{"x-smartcache-session": "case-s"}),
-               Caller(headers={"AUTHORIZATION": "Bearer key-B", "X-SMARTCACHE-SESSION": "case-s"}),
-               joke.format("giraffes")),
-        Attack("shared namespace, other key", Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-1"}}),
-               Caller(auth="Bearer key-B", body={"cache": {"namespace": "ns-1"}}), joke.format("mimes")),
-        Attack("same key, other namespace", Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-1"}}),
-               Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-2"}}), joke.format("chefs")),
-        Attack("same key, no namespace", Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-3"}}), a,
-               joke.format("plumbers")),
-        Attack("global intent under a forged system-prompt version",
-               Caller(auth="Bearer key-A", system=FORGED_SYSTEM,
-                      headers={"x-smartcache-system-version": system_prompt_version(SYSTEM)}),
-               b, "Does the warranty cover a cracked screen?"),
-        Attack("cyrillic confusable session id", bearer("key-A", **{"x-smartcache-session": "sess-a"}),
-               bearer("key-A", **{"x-smartcache-session": "\u0455ess-a"}), joke.format("snails"), 400,
-               "x-smartcache-session"),
-        Attack("fullwidth session id", bearer("key-A", **{"x-smartcache-session": "sess-b"}),
-               bearer("key-A", **{"x-smartcache-session": "\uff53ess-b"}), joke.format("comets"), 400,
-               "x-smartcache-session"),
-        Attack("zero-width space in the session id", bearer("key-A", **{"x-smartcache-session": "sess-c"}),
-               bearer("key-A", **{"x-smartcache-session": "sess\u200b-c"}), joke.format("badgers"), 400,
-               "x-smartcache-session"),
-        Attack("confusable user id", bearer("key-A", **{"x-smartcache-user": "alice"}),
-               bearer("key-A", **{"x-smartcache-user": "\u0430lice"}), "Suggest an itinerary for Bruges.", 400,
-               "x-smartcache-user"),
+        Attack(
+            "header name case variants, other key",
+            bearer("key-A", **{"x-smartcache-session": "case-s"}),
+            Caller(headers={"AUTHORIZATION": "Bearer key-B", "X-SMARTCACHE-SESSION": "case-s"}),
+            joke.format("giraffes"),
+        ),
+        Attack(
+            "shared namespace, other key",
+            Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-1"}}),
+            Caller(auth="Bearer key-B", body={"cache": {"namespace": "ns-1"}}),
+            joke.format("mimes"),
+        ),
+        Attack(
+            "same key, other namespace",
+            Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-1"}}),
+            Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-2"}}),
+            joke.format("chefs"),
+        ),
+        Attack(
+            "same key, no namespace",
+            Caller(auth="Bearer key-A", body={"cache": {"namespace": "ns-3"}}),
+            a,
+            joke.format("plumbers"),
+        ),
+        Attack(
+            "global intent under a forged system-prompt version",
+            Caller(
+                auth="Bearer key-A",
+                system=FORGED_SYSTEM,
+                headers={"x-smartcache-system-version": system_prompt_version(SYSTEM)},
+            ),
+            b,
+            "Does the warranty cover a cracked screen?",
+        ),
+        Attack(
+            "cyrillic confusable session id",
+            bearer("key-A", **{"x-smartcache-session": "sess-a"}),
+            bearer("key-A", **{"x-smartcache-session": "\u0455ess-a"}),
+            joke.format("snails"),
+            400,
+            "x-smartcache-session",
+        ),
+        Attack(
+            "fullwidth session id",
+            bearer("key-A", **{"x-smartcache-session": "sess-b"}),
+            bearer("key-A", **{"x-smartcache-session": "\uff53ess-b"}),
+            joke.format("comets"),
+            400,
+            "x-smartcache-session",
+        ),
+        Attack(
+            "zero-width space in the session id",
+            bearer("key-A", **{"x-smartcache-session": "sess-c"}),
+            bearer("key-A", **{"x-smartcache-session": "sess\u200b-c"}),
+            joke.format("badgers"),
+            400,
+            "x-smartcache-session",
+        ),
+        Attack(
+            "confusable user id",
+            bearer("key-A", **{"x-smartcache-user": "alice"}),
+            bearer("key-A", **{"x-smartcache-user": "\u0430lice"}),
+            "Suggest an itinerary for Bruges.",
+            400,
+            "x-smartcache-user",
+        ),
     ]
 
 
@@ -345,8 +437,11 @@ async def test_spoofed_tenant_ids_are_not_identities(stack: Stack) -> None:
     model, text = "m-attack-tenant-id", "Tell me a joke about hedgehogs."
     victim = await send(stack, bearer("key-A"), text, model=model)
     tenant_id = stack.tenant("key-A")
-    for who in (Caller(headers={"x-smartcache-tenant": tenant_id}), bearer("key-B", **{"x-tenant-id": tenant_id}),
-                bearer(tenant_id)):
+    for who in (
+        Caller(headers={"x-smartcache-tenant": tenant_id}),
+        bearer("key-B", **{"x-tenant-id": tenant_id}),
+        bearer(tenant_id),
+    ):
         reply = await send(stack, who, again(text), model=model)
         assert reply.cache == "miss" and victim.text not in reply.text, who.label()
     assert {r.tenant async for r in stack.proxy.app[keys.CACHE].store.iter_live() if r.model == model} >= {tenant_id}
@@ -359,9 +454,15 @@ async def test_two_authorization_headers_are_refused(stack: Stack) -> None:
     body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
     host, port = stack.proxy.server.host, stack.proxy.server.port
     reader, writer = await asyncio.open_connection(host, port)
-    head = ["POST /v1/chat/completions HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-            f"Content-Length: {len(body)}", "Connection: close", "Authorization: Bearer key-A",
-            "Authorization: Bearer key-B"]
+    head = [
+        "POST /v1/chat/completions HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        "Authorization: Bearer key-A",
+        "Authorization: Bearer key-B",
+    ]
     calls = len(stack.upstream.script.calls)
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
     await writer.drain()
@@ -382,8 +483,10 @@ async def test_racing_writes_from_several_tenants_stay_apart(stack: Stack) -> No
     texts = [r.text for r in first]
     assert len(set(texts)) == len(tenants)
     # racing reads beside a racing newcomer: each tenant gets its own answer, the newcomer none
-    second = await asyncio.gather(*(send(stack, who, again(text), model=model) for who in tenants),
-                                  send(stack, bearer("race-key-late"), text, model=model))
+    second = await asyncio.gather(
+        *(send(stack, who, again(text), model=model) for who in tenants),
+        send(stack, bearer("race-key-late"), text, model=model),
+    )
     assert [(r.cache, r.text) for r in second[:-1]] == [("hit", t) for t in texts]
     assert second[-1].cache == "miss" and second[-1].text not in texts
 

@@ -47,18 +47,21 @@ def write_policy(path: Path, *, version: str = "test-1", **intents: dict[str, An
     return path
 
 
-async def admin(proxy: Proxy, method: str, path: str, *, json: Any = None,
-                authorization: str | None = f"Bearer {TOKEN}") -> tuple[int, Any]:
+async def admin(
+    proxy: Proxy, method: str, path: str, *, json: Any = None, authorization: str | None = f"Bearer {TOKEN}"
+) -> tuple[int, Any]:
     headers = {} if authorization is None else {"Authorization": authorization}
-    async with aiohttp.ClientSession() as http, http.request(
-        method, str(proxy.server.make_url(path)), json=json, headers=headers
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, str(proxy.server.make_url(path)), json=json, headers=headers) as resp,
+    ):
         return resp.status, await resp.json(content_type=None)
 
 
 async def ask(client: openai.AsyncOpenAI, text: str, **kw: Any) -> tuple[str, str]:
     raw = await client.chat.completions.with_raw_response.create(
-        model="m", messages=[SYSTEM, {"role": "user", "content": text}], **kw)
+        model="m", messages=[SYSTEM, {"role": "user", "content": text}], **kw
+    )
     return raw.headers.get("x-cache-status", ""), raw.parse().choices[0].message.content or ""
 
 
@@ -105,7 +108,8 @@ def test_capacity_is_a_high_water_mark_and_eviction_goes_to_the_low_one() -> Non
 
 
 async def test_capacity_eviction_keeps_hot_records_and_drops_cold_ones(
-        make_proxy: ProxyFactory, client: Clients) -> None:
+    make_proxy: ProxyFactory, client: Clients
+) -> None:
     proxy = await make_proxy(max_records=4)  # over it, eviction goes down to 95 %: 3 records
     chat = client(proxy, session="evict")
     questions = QUESTIONS[:5]
@@ -136,7 +140,8 @@ async def test_capacity_eviction_keeps_hot_records_and_drops_cold_ones(
 
 
 async def test_deletes_leave_the_index_and_compaction_follows_the_deleted_fraction(
-        make_proxy: ProxyFactory, client: Clients) -> None:
+    make_proxy: ProxyFactory, client: Clients
+) -> None:
     proxy = await make_proxy(admin_token=TOKEN)
     chat = client(proxy, session="compact")
     answers = await fill(proxy, chat, QUESTIONS)
@@ -144,8 +149,7 @@ async def test_deletes_leave_the_index_and_compaction_follows_the_deleted_fracti
     records = [await record_with(proxy, a) for a in answers]
 
     async def delete(record: Record) -> None:
-        assert await admin(proxy, "DELETE", f"/admin/records/{record.cache_id}") == (200,
-                                                                                     {"deleted": record.cache_id})
+        assert await admin(proxy, "DELETE", f"/admin/records/{record.cache_id}") == (200, {"deleted": record.cache_id})
 
     for r in records[:2]:
         await delete(r)
@@ -165,7 +169,8 @@ async def test_deletes_leave_the_index_and_compaction_follows_the_deleted_fracti
 
 
 async def test_a_rebuild_loses_no_write_and_revives_no_delete(
-        make_proxy: ProxyFactory, client: Clients, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_proxy: ProxyFactory, client: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Writes and deletes that land while the index is rebuilt off the loop survive the swap."""
     proxy = await make_proxy(admin_token=TOKEN)
     chat = client(proxy, session="rebuild")
@@ -196,7 +201,8 @@ async def test_a_rebuild_loses_no_write_and_revives_no_delete(
 
 
 async def test_an_expired_record_is_never_served_even_before_the_sweeper(
-        make_proxy: ProxyFactory, client: Clients) -> None:
+    make_proxy: ProxyFactory, client: Clients
+) -> None:
     proxy = await make_proxy()  # the sweeper runs every 30 s: it will not run during this test
     chat = client(proxy, session="ttl")
     short_q, long_q = QUESTIONS[0], QUESTIONS[1]
@@ -230,9 +236,11 @@ async def test_an_expired_record_is_never_served_even_before_the_sweeper(
 
 
 async def test_request_ttls_only_shorten_the_policy_ttl(
-        make_proxy: ProxyFactory, client: Clients, tmp_path: Path) -> None:
-    policy = write_policy(tmp_path / "policy.yaml", general={"ttl": 30},
-                          chitchat={"force": True, "keywords": ["joke"], "ttl": 7200})
+    make_proxy: ProxyFactory, client: Clients, tmp_path: Path
+) -> None:
+    policy = write_policy(
+        tmp_path / "policy.yaml", general={"ttl": 30}, chitchat={"force": True, "keywords": ["joke"], "ttl": 7200}
+    )
     proxy = await make_proxy(policy=policy)
     default = client(proxy, session="ttl-bounds")
     cases = [  # (question, extra request arguments, the ttl the record must get)
@@ -254,7 +262,8 @@ async def test_request_ttls_only_shorten_the_policy_ttl(
 
 
 async def test_a_policy_version_bump_invalidates_old_records_and_a_bad_file_is_refused(
-        make_proxy: ProxyFactory, client: Clients, tmp_path: Path) -> None:
+    make_proxy: ProxyFactory, client: Clients, tmp_path: Path
+) -> None:
     policy = write_policy(tmp_path / "policy.yaml", version="v1")
     proxy = await make_proxy(policy=policy, admin_token=TOKEN)
     chat = client(proxy, session="reload")
@@ -264,7 +273,9 @@ async def test_a_policy_version_bump_invalidates_old_records_and_a_bad_file_is_r
 
     write_policy(policy, version="v2")
     assert await admin(proxy, "POST", "/admin/policy/reload") == (
-        200, {"version": "v2", "previous": "v1", "invalidated": 2})
+        200,
+        {"version": "v2", "previous": "v1", "invalidated": 2},
+    )
     store = proxy.app[keys.CACHE].store
     assert [(await store.get(i)).state for i in ids] == ["invalid", "invalid"]
     assert len(proxy.app[keys.CACHE].index) == 0
@@ -273,8 +284,10 @@ async def test_a_policy_version_bump_invalidates_old_records_and_a_bad_file_is_r
     assert (await record_with(proxy, fresh)).policy_version == "v2"
     assert (await admin(proxy, "POST", "/admin/policy/reload"))[1]["invalidated"] == 0  # same version
 
-    bad_files = [({"general": {"accept": 1.5}}, "intents.general.accept"),
-                 ({"travel": {"scpoe": "tenant"}}, "intents.travel.scpoe")]
+    bad_files = [
+        ({"general": {"accept": 1.5}}, "intents.general.accept"),
+        ({"travel": {"scpoe": "tenant"}}, "intents.travel.scpoe"),
+    ]
     for n, (changes, key) in enumerate(bad_files):
         write_policy(policy, version="v3", **changes)
         status, body = await admin(proxy, "POST", "/admin/policy/reload")
@@ -286,7 +299,8 @@ async def test_a_policy_version_bump_invalidates_old_records_and_a_bad_file_is_r
 
 
 async def test_invalidate_is_a_dry_run_unless_applied(
-        make_proxy: ProxyFactory, client: Clients, tmp_path: Path) -> None:
+    make_proxy: ProxyFactory, client: Clients, tmp_path: Path
+) -> None:
     policy = write_policy(tmp_path / "policy.yaml", chitchat={"force": True, "keywords": ["joke"]})
     proxy = await make_proxy(admin_token=TOKEN, policy=policy)
     v1 = client(proxy, session="inv", **{"x-smartcache-system-version": "sp-1"})
@@ -296,8 +310,7 @@ async def test_invalidate_is_a_dry_run_unless_applied(
     cache = proxy.app[keys.CACHE]
 
     async def states() -> list[str]:
-        return sorted(r.state for r in [await cache.store.get((await record_with(proxy, a)).cache_id)
-                                        for a in a1 + a2])
+        return sorted(r.state for r in [await cache.store.get((await record_with(proxy, a)).cache_id) for a in a1 + a2])
 
     selector = {"system_prompt_version": "sp-1"}
     assert await admin(proxy, "POST", "/admin/invalidate", json=selector) == (200, {"matched": 2, "applied": False})
@@ -305,7 +318,9 @@ async def test_invalidate_is_a_dry_run_unless_applied(
     assert await ask(v1, QUESTIONS[0]) == ("hit", a1[0])
 
     assert await admin(proxy, "POST", "/admin/invalidate", json={**selector, "apply": True}) == (
-        200, {"matched": 2, "applied": True})
+        200,
+        {"matched": 2, "applied": True},
+    )
     assert sorted(r.answer_text for r in await live_records(proxy)) == sorted(a2)
     assert len(cache.index) == 2
     assert await ask(v2, QUESTIONS[2]) == ("hit", a2[0])
@@ -313,7 +328,9 @@ async def test_invalidate_is_a_dry_run_unless_applied(
     by_intent = {"intent": "chitchat"}
     assert await admin(proxy, "POST", "/admin/invalidate", json=by_intent) == (200, {"matched": 1, "applied": False})
     assert await admin(proxy, "POST", "/admin/invalidate", json={**by_intent, "apply": True}) == (
-        200, {"matched": 1, "applied": True})
+        200,
+        {"matched": 1, "applied": True},
+    )
     assert [r.answer_text for r in await live_records(proxy)] == [a2[0]]
     status, _ = await ask(v2, "Tell me a joke about frogs.")
     assert status == "miss"

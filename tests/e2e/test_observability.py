@@ -55,8 +55,9 @@ async def caching_upstream() -> AsyncIterator[tuple[Script, str]]:
     script = Script(answers={FIRST_QUESTION: f"Mount Elbrus ({SECRET}), 5642 m."})
 
     @web.middleware
-    async def report_cached(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                            ) -> web.StreamResponse:
+    async def report_cached(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         response = await handler(request)
         if isinstance(response, web.Response) and response.content_type == "application/json" and response.body:
             data = json.loads(response.body)  # type: ignore[arg-type]
@@ -80,8 +81,14 @@ async def scrape(proxy: Proxy) -> Snapshot:
         return parse_metrics(await resp.text())
 
 
-async def ask(client: openai.AsyncOpenAI, text: str, history: list[dict[str, str]] | None = None, *,
-              stream: bool = False, **kw: Any) -> Turn:
+async def ask(
+    client: openai.AsyncOpenAI,
+    text: str,
+    history: list[dict[str, str]] | None = None,
+    *,
+    stream: bool = False,
+    **kw: Any,
+) -> Turn:
     messages: list[Any] = [SYSTEM, *(history or []), {"role": "user", "content": text}]
     if stream:
         async with client.chat.completions.with_streaming_response.create(
@@ -92,13 +99,17 @@ async def ask(client: openai.AsyncOpenAI, text: str, history: list[dict[str, str
             return Turn(resp.headers["x-cache-status"], content, dict(resp.headers), chunks[-1].usage)
     raw = await client.chat.completions.with_raw_response.create(model="m", messages=messages, **kw)
     completion = raw.parse()
-    return Turn(raw.headers["x-cache-status"], completion.choices[0].message.content or "", dict(raw.headers),
-                completion.usage)
+    return Turn(
+        raw.headers["x-cache-status"], completion.choices[0].message.content or "", dict(raw.headers), completion.usage
+    )
 
 
 def delta(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]:
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after.keys() | before.keys()
-            if after.get(k, 0.0) != before.get(k, 0.0)}
+    return {
+        k: after.get(k, 0.0) - before.get(k, 0.0)
+        for k in after.keys() | before.keys()
+        if after.get(k, 0.0) != before.get(k, 0.0)
+    }
 
 
 async def run_session(proxy: Proxy) -> list[Turn]:
@@ -173,14 +184,17 @@ async def test_hits_are_judged_saved_tokens_and_engine_cached_tokens_kept_apart(
     before, turns, after = observed.before, observed.turns, observed.after
     assert delta(dict(after.judged), dict(before.judged)) == {"corrected": 1, "accepted": 1}
     misses_served_again = [turns[0].usage, turns[7].usage]  # the records the two hits served
-    saved = {"prompt": sum(u.prompt_tokens for u in misses_served_again),
-             "completion": sum(u.completion_tokens for u in misses_served_again)}
+    saved = {
+        "prompt": sum(u.prompt_tokens for u in misses_served_again),
+        "completion": sum(u.completion_tokens for u in misses_served_again),
+    }
     assert delta(dict(after.saved_tokens), dict(before.saved_tokens)) == saved
     assert [t.log["saved_tokens"] for t in turns] == [0, saved_by(turns[0]), 0, 0, 0, 0, 0, 0, saved_by(turns[7])]
     forwarded = [t for t in turns if t.status != "hit"]
     assert after.upstream_cached_tokens - before.upstream_cached_tokens == CACHED_PER_CALL * len(forwarded)
-    assert [t.log["upstream_cached_tokens"] for t in turns] == [0 if t.status == "hit" else CACHED_PER_CALL
-                                                                 for t in turns]
+    assert [t.log["upstream_cached_tokens"] for t in turns] == [
+        0 if t.status == "hit" else CACHED_PER_CALL for t in turns
+    ]
     # hits answer with zero usage: nothing was generated for them
     assert turns[1].usage.total_tokens == 0 and turns[8].usage.total_tokens == 0
 
@@ -241,8 +255,9 @@ async def test_stats_says_when_the_proxy_is_not_there(capsys: pytest.CaptureFixt
     assert "cannot read metrics from http://127.0.0.1:9" in capsys.readouterr().err
 
 
-async def test_debug_headers_only_when_enabled_and_asked(make_proxy: ProxyFactory,
-                                                         caching_upstream: tuple[Script, str]) -> None:
+async def test_debug_headers_only_when_enabled_and_asked(
+    make_proxy: ProxyFactory, caching_upstream: tuple[Script, str]
+) -> None:
     off = await make_proxy(upstream=caching_upstream[1])
     asked = await ask(off.client(**{"x-smartcache-debug": "1"}), FIRST_QUESTION)
     assert not debug_headers(asked)
@@ -251,8 +266,10 @@ async def test_debug_headers_only_when_enabled_and_asked(make_proxy: ProxyFactor
     assert plain.status == "miss" and not debug_headers(plain)
     structlog.reset_defaults()
     with capture_logs() as logs:
-        hit = await ask(on.client(**{"x-smartcache-session": "d1", "x-smartcache-debug": "1"}),
-                        "what is the tallest mountain in europe")
+        hit = await ask(
+            on.client(**{"x-smartcache-session": "d1", "x-smartcache-debug": "1"}),
+            "what is the tallest mountain in europe",
+        )
     (line,) = [e for e in logs if e["event"] == "chat.request"]
     shown = debug_headers(hit)
     assert hit.status == "hit" and SECRET in hit.content
@@ -277,22 +294,24 @@ def debug_headers(turn: Turn) -> dict[str, str]:
 
 
 def test_stats_numbers_from_a_hand_written_exposition() -> None:
-    text = "\n".join([
-        'smartcache_requests_total{status="hit",intent="travel",reason="accept"} 3',
-        'smartcache_requests_total{status="miss",intent="travel",reason="no_candidate"} 5',
-        'smartcache_requests_total{status="bypass",intent="-",reason="n>1"} 2',
-        'smartcache_hits_judged_total{outcome="accepted"} 2',
-        'smartcache_hits_judged_total{outcome="corrected"} 1',
-        'smartcache_saved_tokens_total{kind="prompt"} 120',
-        'smartcache_saved_tokens_total{kind="completion"} 30',
-        "smartcache_upstream_cached_tokens_total 64",
-        'smartcache_stage_seconds_bucket{stage="sign",le="0.01"} 1',
-        'smartcache_stage_seconds_bucket{stage="sign",le="0.1"} 3',
-        'smartcache_stage_seconds_bucket{stage="sign",le="+Inf"} 4',
-        'smartcache_stage_seconds_count{stage="sign"} 4',
-        'smartcache_stage_seconds_sum{stage="sign"} 0.5',
-        "",
-    ])
+    text = "\n".join(
+        [
+            'smartcache_requests_total{status="hit",intent="travel",reason="accept"} 3',
+            'smartcache_requests_total{status="miss",intent="travel",reason="no_candidate"} 5',
+            'smartcache_requests_total{status="bypass",intent="-",reason="n>1"} 2',
+            'smartcache_hits_judged_total{outcome="accepted"} 2',
+            'smartcache_hits_judged_total{outcome="corrected"} 1',
+            'smartcache_saved_tokens_total{kind="prompt"} 120',
+            'smartcache_saved_tokens_total{kind="completion"} 30',
+            "smartcache_upstream_cached_tokens_total 64",
+            'smartcache_stage_seconds_bucket{stage="sign",le="0.01"} 1',
+            'smartcache_stage_seconds_bucket{stage="sign",le="0.1"} 3',
+            'smartcache_stage_seconds_bucket{stage="sign",le="+Inf"} 4',
+            'smartcache_stage_seconds_count{stage="sign"} 4',
+            'smartcache_stage_seconds_sum{stage="sign"} 0.5',
+            "",
+        ]
+    )
     snap = parse_metrics(text)
     assert snap.total_requests == 10 and snap.hit_rate == pytest.approx(0.3)
     assert snap.precision_hit == pytest.approx(2 / 3) and snap.cache_pollution == pytest.approx(0.1)
@@ -309,13 +328,16 @@ def test_stats_numbers_from_a_hand_written_exposition() -> None:
         assert text_shown in rendered
 
 
-@pytest.mark.parametrize(("given", "scraped"), [
-    ("http://127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),
-    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/metrics"),
-    ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/metrics"),
-    ("127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),
-    ("https://cache.example/smartcache/v1/", "https://cache.example/smartcache/metrics"),
-    ("http://h:1/metrics", "http://h:1/metrics"),
-])
+@pytest.mark.parametrize(
+    ("given", "scraped"),
+    [
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/metrics"),
+        ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/metrics"),
+        ("127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),
+        ("https://cache.example/smartcache/v1/", "https://cache.example/smartcache/metrics"),
+        ("http://h:1/metrics", "http://h:1/metrics"),
+    ],
+)
 def test_metrics_url(given: str, scraped: str) -> None:
     assert metrics_url(given) == scraped

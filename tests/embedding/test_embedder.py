@@ -148,8 +148,10 @@ async def test_thread_count_setting_reaches_the_onnx_session(pack: str, model_ho
 
     install_pack(pack, model_home, progress=False)
     for threads in (1, 2):
-        s = load_settings(environ={"SMARTCACHE_EMBED_THREADS": str(threads)},
-                          overrides={"embedding_model": pack, "model_home": model_home})
+        s = load_settings(
+            environ={"SMARTCACHE_EMBED_THREADS": str(threads)},
+            overrides={"embedding_model": pack, "model_home": model_home},
+        )
         backend = await load_backend(s)
         session = getattr(backend, "_session", None) or backend._model.model.model  # type: ignore[attr-defined]
         assert session.get_session_options().intra_op_num_threads == threads

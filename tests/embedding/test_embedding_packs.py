@@ -117,9 +117,7 @@ def test_chinese_paraphrases_outrank_other_requests(embedders: dict[str, SyncEmb
 
 
 @pytest.mark.parametrize("name", MULTILINGUAL)
-def test_cross_lingual_paraphrases_outrank_other_requests(
-    embedders: dict[str, SyncEmbedder], name: str
-) -> None:
+def test_cross_lingual_paraphrases_outrank_other_requests(embedders: dict[str, SyncEmbedder], name: str) -> None:
     assert_paraphrases_win(cosine_matrix(embedders[name], EN, ZH))
     assert_paraphrases_win(cosine_matrix(embedders[name], ZH, EN_PARAPHRASES))
 
@@ -156,9 +154,7 @@ def test_a_text_embeds_the_same_alone_and_in_a_padded_batch(
 
 
 @pytest.mark.parametrize("name", ALL_PACKS)
-def test_count_tokens_is_untruncated_and_grows_with_text(
-    embedders: dict[str, SyncEmbedder], name: str
-) -> None:
+def test_count_tokens_is_untruncated_and_grows_with_text(embedders: dict[str, SyncEmbedder], name: str) -> None:
     embedder = embedders[name]
     short = embedder.count_tokens("怎么重置密码")
     assert 0 < short < embedder.count_tokens("怎么重置密码" * 3)
@@ -237,9 +233,7 @@ def test_force_install_rebuilds_with_a_progress_bar(
     assert "pack use-multilingual: ready" in capsys.readouterr().err
 
 
-def test_corrupted_pack_fails_with_the_repair_command_and_install_repairs_it(
-    packs_dir: Path, tmp_path: Path
-) -> None:
+def test_corrupted_pack_fails_with_the_repair_command_and_install_repairs_it(packs_dir: Path, tmp_path: Path) -> None:
     target = pack_dir("use-multilingual", tmp_path)
     shutil.copytree(pack_dir("use-multilingual", packs_dir), target)
     with (target / "model.onnx").open("r+b") as model:
@@ -303,9 +297,7 @@ def test_missing_source_package_names_the_pip_line() -> None:
         _source_path(spec)
 
 
-def test_pack_directory_loads_by_path(
-    packs_dir: Path, embedders: dict[str, SyncEmbedder], tmp_path: Path
-) -> None:
+def test_pack_directory_loads_by_path(packs_dir: Path, embedders: dict[str, SyncEmbedder], tmp_path: Path) -> None:
     source = pack_dir("minilm-l6-en", packs_dir)
     from_manifest = load_embedder(str(source), tmp_path, threads=1)
 
@@ -319,9 +311,7 @@ def test_pack_directory_loads_by_path(
     assert from_plain.max_tokens == 256
 
 
-def test_fastembed_catalog_model_without_a_hub_fails_clearly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fastembed_catalog_model_without_a_hub_fails_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FASTEMBED_CACHE_PATH", str(tmp_path / "empty-cache"))
     with pytest.raises(PackError, match="use an offline pack"):
         load_embedder("fastembed:BAAI/bge-small-en-v1.5", tmp_path)

@@ -21,8 +21,18 @@ ROUTES = [
     ("POST", "/admin/feedback", {"cache_id": "sc-anything", "feedback": "negative"}),
     ("POST", "/admin/policy/reload", None),
 ]
-WRONG = [None, "Bearer wrong", f"Bearer {TOKEN.upper()}", TOKEN, f"Basic {TOKEN}", f"Bearer {TOKEN}x",
-         f"Bearer {TOKEN[:-1]}", "Bearer key-A", f"Bearer {TOKEN}\u00e9", "Bearer "]
+WRONG = [
+    None,
+    "Bearer wrong",
+    f"Bearer {TOKEN.upper()}",
+    TOKEN,
+    f"Basic {TOKEN}",
+    f"Bearer {TOKEN}x",
+    f"Bearer {TOKEN[:-1]}",
+    "Bearer key-A",
+    f"Bearer {TOKEN}\u00e9",
+    "Bearer ",
+]
 
 
 def tenant(proxy: Proxy, api_key: str) -> str:
@@ -42,9 +52,12 @@ async def test_admin_routes_refuse_a_missing_or_wrong_token(make_proxy: ProxyFac
     proxy = await make_proxy(admin_token=TOKEN)
     (answer,) = await fill(proxy, client(proxy, session="guarded"), QUESTIONS[:1])
     record = await record_with(proxy, answer)
-    routes = [*ROUTES, ("DELETE", f"/admin/records/{record.cache_id}", None),
-              ("POST", "/admin/feedback", {"cache_id": record.cache_id, "feedback": "negative"}),
-              ("POST", "/admin/sessions/guarded/reset", {"tenant": record.tenant})]
+    routes = [
+        *ROUTES,
+        ("DELETE", f"/admin/records/{record.cache_id}", None),
+        ("POST", "/admin/feedback", {"cache_id": record.cache_id, "feedback": "negative"}),
+        ("POST", "/admin/sessions/guarded/reset", {"tenant": record.tenant}),
+    ]
     for method, path, body in routes:
         for authorization in WRONG:
             status, payload = await admin(proxy, method, path, json=body, authorization=authorization)
@@ -126,7 +139,9 @@ async def test_feedback(make_proxy: ProxyFactory, client: Clients) -> None:
         return await admin(proxy, "POST", "/admin/feedback", json=body)
 
     assert await feedback({"cache_id": target.cache_id, "feedback": "negative"}) == (
-        200, {"cache_id": target.cache_id, "state": "ready", "feedback_score": pytest.approx(0.4)})
+        200,
+        {"cache_id": target.cache_id, "state": "ready", "feedback_score": pytest.approx(0.4)},
+    )
     status, _ = await ask(chat, QUESTIONS[0].lower())
     assert status == "miss"  # below the feedback floor: no longer served
     for expected in (0.5, 0.6):
@@ -136,8 +151,12 @@ async def test_feedback(make_proxy: ProxyFactory, client: Clients) -> None:
 
     # by the completion id the client saw; a regenerate counts against the answer
     raw = await chat.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "system", "content": "You are a helpful assistant."},
-                             {"role": "user", "content": QUESTIONS[2]}])
+        model="m",
+        messages=[
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": QUESTIONS[2]},
+        ],
+    )
     response_id, fresh = raw.parse().id, raw.parse().choices[0].message.content
     _, body = await feedback({"response_id": response_id, "feedback": "regenerate"})
     assert body["cache_id"] == (await cache.store.get(str(body["cache_id"]))).cache_id
@@ -152,9 +171,11 @@ async def test_feedback(make_proxy: ProxyFactory, client: Clients) -> None:
     _, body = await feedback({"cache_id": pending.cache_id, "feedback": "negative"})
     assert body["state"] == "rejected" and pending.label not in cache.keys
 
-    for bad, code in (({"cache_id": "sc-nope", "feedback": "positive"}, 404),
-                      ({"cache_id": "sc-nope", "feedback": "negative"}, 404),
-                      ({"response_id": "chatcmpl-nope", "feedback": "negative"}, 404),
-                      ({"cache_id": target.cache_id, "feedback": "meh"}, 400)):
+    for bad, code in (
+        ({"cache_id": "sc-nope", "feedback": "positive"}, 404),
+        ({"cache_id": "sc-nope", "feedback": "negative"}, 404),
+        ({"response_id": "chatcmpl-nope", "feedback": "negative"}, 404),
+        ({"cache_id": target.cache_id, "feedback": "meh"}, 400),
+    ):
         status, _ = await feedback(bad)
         assert status == code, bad

@@ -30,9 +30,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 def test_exposes_exactly_the_metrics_of_issue_9() -> None:
     families = {
-        family.name: family.type
-        for family in Metrics().registry.collect()
-        if not family.name.endswith("_created")
+        family.name: family.type for family in Metrics().registry.collect() if not family.name.endswith("_created")
     }
     assert families == ISSUE_9_METRICS
 
@@ -147,9 +145,7 @@ def test_observe_stage_adds_to_the_histogram() -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        pytest.param(
-            lambda m: m.observe_request("half-hit", "travel", "x", 0.1), "status", id="header-spelling"
-        ),
+        pytest.param(lambda m: m.observe_request("half-hit", "travel", "x", 0.1), "status", id="header-spelling"),
         pytest.param(lambda m: m.observe_stage("lookup", 0.1), "stage", id="unknown-stage"),
         pytest.param(lambda m: m.stage_timer("lookup").__enter__(), "stage", id="unknown-timer-stage"),
         pytest.param(lambda m: m.hit_judged("maybe"), "outcome", id="unknown-judgement"),

@@ -16,8 +16,9 @@ def body(**kw: object) -> bytes:
 
 
 def test_cache_field_is_stripped_and_controls_merged() -> None:
-    req = parse_chat_request(body(cache={"no_store": True, "ttl": 60, "namespace": "ns"}),
-                             cache_control="max-age=30, no-cache")
+    req = parse_chat_request(
+        body(cache={"no_store": True, "ttl": 60, "namespace": "ns"}), cache_control="max-age=30, no-cache"
+    )
     assert "cache" not in req.forward_body
     assert req.controls.no_store and req.controls.no_cache
     assert req.controls.ttl == 30 and req.controls.namespace == "ns"
@@ -29,8 +30,10 @@ def test_cache_field_is_stripped_and_controls_merged() -> None:
         ({"n": 2}, "n>1"),
         ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function"}]}, "tools"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-         "non_text_content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "non_text_content",
+        ),
         ({"messages": [{"role": "system", "content": "s"}]}, "no_user_turn"),
         ({"n": 1}, None),
     ],
@@ -40,12 +43,16 @@ def test_bypass_reasons(kw: dict[str, object], reason: str | None) -> None:
 
 
 def test_text_parts_are_joined_and_roles_kept() -> None:
-    req = parse_chat_request(body(messages=[
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": None},
-        {"role": "user", "content": "c"},
-    ]))
+    req = parse_chat_request(
+        body(
+            messages=[
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "assistant", "content": None},
+                {"role": "user", "content": "c"},
+            ]
+        )
+    )
     assert req.system_text == "sys"
     assert [m.role for m in req.turns] == ["user", "assistant", "user"]
     assert req.turns[0].text == "a\nb"
@@ -59,8 +66,7 @@ def test_bad_cache_control_is_a_client_error(header: str) -> None:
 
 
 def test_chunks_form_a_valid_stream() -> None:
-    events = completion_chunks(completion_id="chatcmpl-x", model="m", content="hello world " * 5,
-                               include_usage=True)
+    events = completion_chunks(completion_id="chatcmpl-x", model="m", content="hello world " * 5, include_usage=True)
     assert events[-1] == b"data: [DONE]\n\n"
     decoded = [orjson.loads(e[6:]) for e in events[:-1]]
     assert decoded[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}

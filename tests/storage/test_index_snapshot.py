@@ -42,8 +42,9 @@ def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Pat
     assert 301 in loaded.labels()
 
 
-@pytest.mark.parametrize(("dim", "stamp"), [(32, "other-model dim=32 store=a"), (32, "m dim=32 store=b"),
-                                            (16, "m dim=32 store=a")])
+@pytest.mark.parametrize(
+    ("dim", "stamp"), [(32, "other-model dim=32 store=a"), (32, "m dim=32 store=b"), (16, "m dim=32 store=a")]
+)
 def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, dim: int, stamp: str) -> None:
     index = HnswIndex(32)
     index.add([1, 2], unit(np.random.default_rng(1), 2, 32))
@@ -53,7 +54,8 @@ def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, 
 
 
 async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
-        make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     first = await make_proxy()
     client = first.client(**{"x-smartcache-session": "s"})
@@ -91,7 +93,8 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
 
 
 async def test_a_recreated_database_or_a_damaged_snapshot_means_a_rebuild(
-        make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path) -> None:
+    make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     first = await make_proxy()
     client = first.client(**{"x-smartcache-session": "s"})

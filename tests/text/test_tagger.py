@@ -83,7 +83,9 @@ def test_places_are_conservative(text: str, places: set[str]) -> None:
         pytest.param("韩式烤肉和杨梅汁哪家好", set(), set(), id="dishes-are-not-names"),
         pytest.param("约了同事张伟吃饭", {"张伟"}, set(), id="zh-person-with-cue"),
         pytest.param("email Dr. Smith about the results", {"smith"}, set(), id="en-title"),
-        pytest.param("MacBook Air M3和ThinkPad X1 Carbon哪个好", set(), {"macbook air m3", "thinkpad x1 carbon"}, id="laptops"),  # noqa: E501
+        pytest.param(
+            "MacBook Air M3和ThinkPad X1 Carbon哪个好", set(), {"macbook air m3", "thinkpad x1 carbon"}, id="laptops"
+        ),
         pytest.param("华为手机好还是小米好", set(), {"华为", "小米"}, id="zh-brands"),
         pytest.param("推荐一款苹果派的做法", set(), set(), id="apple-pie-is-food"),
     ],
@@ -128,16 +130,30 @@ def _e(places: set[str] = frozenset(), *nums: NumericConstraint) -> Entities:  #
         pytest.param(_e({"杭州"}), _e({"苏州"}), ["places"], id="hangzhou-vs-suzhou"),
         pytest.param(_e({"杭州", "西湖"}), _e({"杭州"}), [], id="places-overlap"),
         pytest.param(_e({"杭州"}), _e(), [], id="one-side-empty"),
-        pytest.param(_e(set(), N("budget", 8000, "CNY", "<=")), _e(set(), N("budget", 10000, "CNY", "<=")), ["budget"], id="budget"),  # noqa: E501
-        pytest.param(_e(set(), N("budget", 8000, "CNY", "<=")), _e(set(), N("budget", 8000, "CNY", "<=")), [], id="same-budget"),  # noqa: E501
-        pytest.param(_e(set(), N("duration_days", 3, "day")), _e(set(), N("duration_days", 5, "day")), ["duration_days"], id="3-vs-5-days"),  # noqa: E501
+        pytest.param(
+            _e(set(), N("budget", 8000, "CNY", "<=")),
+            _e(set(), N("budget", 10000, "CNY", "<=")),
+            ["budget"],
+            id="budget",
+        ),
+        pytest.param(
+            _e(set(), N("budget", 8000, "CNY", "<=")), _e(set(), N("budget", 8000, "CNY", "<=")), [], id="same-budget"
+        ),
+        pytest.param(
+            _e(set(), N("duration_days", 3, "day")),
+            _e(set(), N("duration_days", 5, "day")),
+            ["duration_days"],
+            id="3-vs-5-days",
+        ),
         pytest.param(
             _e(set(), N("price", 100, "CNY", ">="), N("price", 150, "CNY", "<=")),
             _e(set(), N("price", 100, "CNY", ">="), N("price", 200, "CNY", "<=")),
             ["price"],
             id="range-ceiling-differs",
         ),
-        pytest.param(_e(set(), N("date", 20250620, "ymd")), _e(set(), N("date", 620, "md")), [], id="date-without-year"),  # noqa: E501
+        pytest.param(
+            _e(set(), N("date", 20250620, "ymd")), _e(set(), N("date", 620, "md")), [], id="date-without-year"
+        ),
         pytest.param(_e(set(), N("date", 620, "md")), _e(set(), N("date", 621, "md")), ["date"], id="other-date"),
     ],
 )

@@ -136,8 +136,10 @@ def test_kvret_paraphrases_share_the_request_key(small: dict[str, list[Conversat
 
 
 def test_crosswoz_turns_are_own_keys_except_the_repeat(small: dict[str, list[Conversation]]) -> None:
-    rows = {json.loads(ln)["dialog_id"]: json.loads(ln)
-            for ln in (DATA / "crosswoz" / "val_turns.jsonl").read_text("utf-8").splitlines()}
+    rows = {
+        json.loads(ln)["dialog_id"]: json.loads(ln)
+        for ln in (DATA / "crosswoz" / "val_turns.jsonl").read_text("utf-8").splitlines()
+    }
     for c in small["crosswoz_dialogues"]:
         users = [t["content"] for t in rows[c.id.removeprefix("crosswoz-")]["turns"] if t["role"] == "usr"]
         keys = [t.key for t in c.turns]
@@ -197,16 +199,26 @@ def test_write_then_load_round_trip(tmp_path: Path, small: dict[str, list[Conver
     assert load_traces([path, other]) == convs + small["pawsx_pairs"]
 
 
-@pytest.mark.parametrize(("line", "says"), [
-    ("{not json", "Expecting"),
-    ('{"id": "x", "category": "c", "tenant": "t", "session": "s", "system": "", "turns": [{"user": "hi"}]}',
-     "turns[0]: 'key'"),
-    ('{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": []}', "'turns'"),
-    ('{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": [{"user": "a", "key": "K1", '
-     '"expect": "hit"}]}', "'expect'"),
-    ('{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": [{"user": "a", "key": "K1"}]}',
-     "duplicate conversation id 'x'"),
-])
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("{not json", "Expecting"),
+        (
+            '{"id": "x", "category": "c", "tenant": "t", "session": "s", "system": "", "turns": [{"user": "hi"}]}',
+            "turns[0]: 'key'",
+        ),
+        ('{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": []}', "'turns'"),
+        (
+            '{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": [{"user": "a", "key": "K1", '
+            '"expect": "hit"}]}',
+            "'expect'",
+        ),
+        (
+            '{"id": "x", "category": "c", "tenant": "t", "session": "s", "turns": [{"user": "a", "key": "K1"}]}',
+            "duplicate conversation id 'x'",
+        ),
+    ],
+)
 def test_bad_line_error_names_file_and_line(tmp_path: Path, line: str, says: str) -> None:
     good = Conversation("x", "c", "t", "s", "", (Turn("a", "K1"),))
     path = tmp_path / "bad.jsonl"
@@ -231,8 +243,23 @@ def test_check_traces_finds_each_rule_break() -> None:
 
 def test_main_writes_the_traces_and_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cal.jsonl"
-    assert main([str(out), "--names", "realtime_probes", "kvret_rewrites", "--limit", "6", "--seed", "5",
-                 "--data-dir", str(DATA)]) == 0
+    assert (
+        main(
+            [
+                str(out),
+                "--names",
+                "realtime_probes",
+                "kvret_rewrites",
+                "--limit",
+                "6",
+                "--seed",
+                "5",
+                "--data-dir",
+                str(DATA),
+            ]
+        )
+        == 0
+    )
     convs = load_traces([out])
     assert convs == build_traces(DATA, names=["realtime_probes", "kvret_rewrites"], seed=5, limit=6)
     printed = capsys.readouterr().out

@@ -26,11 +26,17 @@ def conv(cid: str, *turns: Turn, tenant: str = "t1") -> Conversation:
 
 TRACE = [
     # an exact repeat right after: the same key, a hit
-    conv("repeat", Turn("What is the tallest mountain in Europe?", "K-everest", "Mount Elbrus."),
-         Turn("What is the tallest mountain in Europe?", "K-everest")),
+    conv(
+        "repeat",
+        Turn("What is the tallest mountain in Europe?", "K-everest", "Mount Elbrus."),
+        Turn("What is the tallest mountain in Europe?", "K-everest"),
+    ),
     # a realtime question is never cached, even repeated
-    conv("weather", Turn("What's the weather in Paris right now?", "K-w1", "Sunny.", expect="no_hit"),
-         Turn("What's the weather in Paris right now?", "K-w1", expect="no_hit")),
+    conv(
+        "weather",
+        Turn("What's the weather in Paris right now?", "K-w1", "Sunny.", expect="no_hit"),
+        Turn("What's the weather in Paris right now?", "K-w1", expect="no_hit"),
+    ),
     # another tenant asks the same: its own miss
     conv("other", Turn("What is the tallest mountain in Europe?", "K-everest"), tenant="t2"),
 ]
@@ -40,8 +46,7 @@ def row(intent: str, score: float | None, ok: bool, *, nets: bool = True) -> Row
     return Row("c", "cat", 0, intent, "shadow_hit", "accept", score, ok, nets, False, ok, ok, 0)
 
 
-async def test_replay_counts_on_a_fixed_trace(sync_embedder: SyncEmbedder, model_home: Path,
-                                              tmp_path: Path) -> None:
+async def test_replay_counts_on_a_fixed_trace(sync_embedder: SyncEmbedder, model_home: Path, tmp_path: Path) -> None:
     settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
     rows = await run_replay(TRACE, settings=settings, backend=sync_embedder)
     by = {(r.conversation, r.turn): r for r in rows}
@@ -53,8 +58,9 @@ async def test_replay_counts_on_a_fixed_trace(sync_embedder: SyncEmbedder, model
     assert (totals["requests"], totals["hit"], totals["false_hits"], totals["bypass"]) == (5, 1, 0, 2)
 
 
-async def test_shadow_replay_records_candidates_without_serving(sync_embedder: SyncEmbedder, model_home: Path,
-                                                                tmp_path: Path) -> None:
+async def test_shadow_replay_records_candidates_without_serving(
+    sync_embedder: SyncEmbedder, model_home: Path, tmp_path: Path
+) -> None:
     settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
     rows = await run_replay(TRACE, settings=settings, backend=sync_embedder, shadow=True)
     repeat = next(r for r in rows if (r.conversation, r.turn) == ("repeat", 1))
@@ -64,8 +70,10 @@ async def test_shadow_replay_records_candidates_without_serving(sync_embedder: S
 
 
 def test_calibrate_picks_the_threshold_above_the_worst_false_candidate() -> None:
-    rows = [row("travel", s, True) for s in (0.99, 0.98, 0.97, 0.96, 0.95)] + \
-           [row("travel", 0.955, False), row("travel", 0.90, False)]
+    rows = [row("travel", s, True) for s in (0.99, 0.98, 0.97, 0.96, 0.95)] + [
+        row("travel", 0.955, False),
+        row("travel", 0.90, False),
+    ]
     rows += [row("travel", 0.93 + i / 1000, True) for i in range(30)]
     result = calibrate(rows, target=1e-3, floor=0.8, min_samples=5)["travel"]
     assert result.accept == pytest.approx(0.96)  # 0.955 + the margin
@@ -127,17 +135,23 @@ def test_calibrated_policy_file_loads_and_records_its_data(tmp_path: Path) -> No
     assert "fixture.jsonl" in text and "# travel: 42 samples" in text
 
 
-async def test_warm_twice_writes_each_record_once(sync_embedder: SyncEmbedder, model_home: Path,
-                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_warm_twice_writes_each_record_once(
+    sync_embedder: SyncEmbedder, model_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import proxy.parts
 
     async def shared_backend(_settings: object) -> SyncEmbedder:
         return sync_embedder
 
     monkeypatch.setattr(proxy.parts, "load_backend", shared_backend)
-    past = [conv("past-1", Turn("Recommend a book about databases", "K1", "Designing Data-Intensive Applications."),
-                 Turn("And one about compilers?", "K2", "Crafting Interpreters.")),
-            conv("past-2", Turn("How do I boil an egg?", "K3", "Ten minutes in boiling water."))]
+    past = [
+        conv(
+            "past-1",
+            Turn("Recommend a book about databases", "K1", "Designing Data-Intensive Applications."),
+            Turn("And one about compilers?", "K2", "Crafting Interpreters."),
+        ),
+        conv("past-2", Turn("How do I boil an egg?", "K3", "Ten minutes in boiling water.")),
+    ]
     settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
     assert await warm(past, settings) == (3, 0)
     assert await warm(past, settings) == (0, 3)
@@ -150,7 +164,8 @@ async def test_warm_twice_writes_each_record_once(sync_embedder: SyncEmbedder, m
 
 
 def test_calibrate_command_writes_a_stamped_policy_and_a_held_out_check(
-        tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from proxy.cli import main
     from proxy.tools.datasets.traces import write_traces
 

@@ -31,8 +31,7 @@ def request_lines(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry for entry in logs if entry["event"] == "chat.request"]
 
 
-async def concurrent(proxy: Proxy, session: str, messages: list[dict[str, str]], n: int = N,
-                     **kw: Any) -> list[Any]:
+async def concurrent(proxy: Proxy, session: str, messages: list[dict[str, str]], n: int = N, **kw: Any) -> list[Any]:
     client = proxy.client(**{"x-smartcache-session": session})
     return await asyncio.gather(*(chat(client, messages, **kw) for _ in range(n)), return_exceptions=True)
 
@@ -66,8 +65,10 @@ async def test_stream_and_json_followers_share_a_streamed_leader(proxy: Proxy, u
     messages = ask("Why do cats purr?")
     leader = asyncio.create_task(chat_stream(client, messages))
     await asyncio.sleep(0.5)  # the streamed request leads
-    followers = await asyncio.gather(*(chat_stream(client, messages, stream_options={"include_usage": True})
-                                       for _ in range(3)), *(chat(client, messages) for _ in range(3)))
+    followers = await asyncio.gather(
+        *(chat_stream(client, messages, stream_options={"include_usage": True}) for _ in range(3)),
+        *(chat(client, messages) for _ in range(3)),
+    )
     status, text, _ = await leader
     assert status == "miss" and text == "Answer #1 to: Why do cats purr?"
     assert len(upstream.script.calls) == 1
@@ -82,8 +83,10 @@ async def test_a_truncated_answer_is_shared_with_its_finish_reason(proxy: Proxy,
     upstream.script.delay, upstream.script.mode = UPSTREAM_DELAY, "length"
     client = proxy.client(**{"x-smartcache-session": "c3"})
     messages = ask("List every prime number.")
-    results = await asyncio.gather(*(chat(client, messages, max_tokens=5) for _ in range(3)),
-                                   *(chat_stream(client, messages, max_tokens=5) for _ in range(3)))
+    results = await asyncio.gather(
+        *(chat(client, messages, max_tokens=5) for _ in range(3)),
+        *(chat_stream(client, messages, max_tokens=5) for _ in range(3)),
+    )
     assert len(upstream.script.calls) == 1
     assert sorted(s for s, _, _ in results) == ["hit"] * 5 + ["miss"]
     for _, _, raw in results[:3]:
@@ -126,15 +129,21 @@ async def test_other_sessions_tenants_and_parameters_do_not_share(proxy: Proxy, 
     s1 = proxy.client(**{"x-smartcache-session": "c6a"})
     s2 = proxy.client(**{"x-smartcache-session": "c6b"})
     other_tenant = proxy.client("key-B", **{"x-smartcache-session": "c6a"})
-    results = await asyncio.gather(chat(s1, messages), chat(s1, messages), chat(s2, messages),
-                                   chat(other_tenant, messages), chat(s1, messages, max_tokens=7),
-                                   chat(s1, messages, temperature=0.1))
+    results = await asyncio.gather(
+        chat(s1, messages),
+        chat(s1, messages),
+        chat(s2, messages),
+        chat(other_tenant, messages),
+        chat(s1, messages, max_tokens=7),
+        chat(s1, messages, temperature=0.1),
+    )
     assert len(upstream.script.calls) == 5
     assert [s for s, _, _ in results].count("hit") == 1
 
 
-async def test_no_cache_requests_and_disabled_coalescing_go_upstream_each(make_proxy: ProxyFactory,
-                                                                         upstream: Upstream) -> None:
+async def test_no_cache_requests_and_disabled_coalescing_go_upstream_each(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
     upstream.script.delay = 0.5
     proxy = await make_proxy(coalesce=False)
     assert proxy.app[keys.CHAT].coalescer is None
@@ -172,8 +181,11 @@ def test_coalesce_key(a: dict[str, Any], b: dict[str, Any], same: bool) -> None:
 
 def test_coalesce_key_separates_sessions_and_tenants() -> None:
     req = request({})
-    keys_ = {coalesce_key(req, WHO), coalesce_key(req, Identity("t", "s2", None, True)),
-             coalesce_key(req, Identity("t2", "s", None, True))}
+    keys_ = {
+        coalesce_key(req, WHO),
+        coalesce_key(req, Identity("t", "s2", None, True)),
+        coalesce_key(req, Identity("t2", "s", None, True)),
+    }
     assert len(keys_) == 3
 
 
@@ -216,7 +228,10 @@ def test_plain_answer_and_finish_reason_replay() -> None:
     events = completion_chunks(completion_id="c", model="m", content="x" * 50, include_usage=True)
     assert with_finish_reason(events, "stop") is events
     replayed = with_finish_reason(events, "length")
-    finishes = [orjson.loads(e[6:])["choices"][0]["finish_reason"] for e in replayed
-                if e.startswith(b"data: {") and orjson.loads(e[6:])["choices"]]
+    finishes = [
+        orjson.loads(e[6:])["choices"][0]["finish_reason"]
+        for e in replayed
+        if e.startswith(b"data: {") and orjson.loads(e[6:])["choices"]
+    ]
     assert finishes == [None, None, None, None, "length"]
     assert replayed[-1] == b"data: [DONE]\n\n"

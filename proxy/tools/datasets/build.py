@@ -15,19 +15,22 @@ from proxy.tools.datasets.pairs import pawsx_pairs, qqp_pairs
 from proxy.tools.datasets.probes import realtime_probes
 from proxy.tools.datasets.traces import Conversation, consistent, write_traces
 
-CONVERTERS: Mapping[str, Callable[[Path, random.Random, int], list[Conversation]]] = MappingProxyType({
-    "qqp_pairs": qqp_pairs,
-    "pawsx_pairs": pawsx_pairs,
-    "gecor_followups": gecor_followups,
-    "kvret_rewrites": kvret_rewrites,
-    "crosswoz_dialogues": crosswoz_dialogues,
-    "mtbench_followups": mtbench_followups,
-    "realtime_probes": realtime_probes,
-})
+CONVERTERS: Mapping[str, Callable[[Path, random.Random, int], list[Conversation]]] = MappingProxyType(
+    {
+        "qqp_pairs": qqp_pairs,
+        "pawsx_pairs": pawsx_pairs,
+        "gecor_followups": gecor_followups,
+        "kvret_rewrites": kvret_rewrites,
+        "crosswoz_dialogues": crosswoz_dialogues,
+        "mtbench_followups": mtbench_followups,
+        "realtime_probes": realtime_probes,
+    }
+)
 
 
-def build_traces(data_dir: Path, *, names: Sequence[str] | None = None, seed: int = 20261129,
-                 limit: int = 300) -> list[Conversation]:
+def build_traces(
+    data_dir: Path, *, names: Sequence[str] | None = None, seed: int = 20261129, limit: int = 300
+) -> list[Conversation]:
     """Each converter draws from its own generator (seed and name), so a subset gives the same rows."""
     chosen = list(names) if names is not None else list(CONVERTERS)
     unknown = [n for n in chosen if n not in CONVERTERS]

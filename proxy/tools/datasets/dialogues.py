@@ -22,6 +22,7 @@ from proxy.tools.datasets.traces import (
 
 # --- multi-turn sets --------------------------------------------------------------------------
 
+
 def _gecor_groups(dials: list[dict], held: HeldOut) -> dict[str, list[tuple[int, int]]]:
     """Elliptical follow-up text -> (dialogue, turn) whose complete forms differ, one per form."""
     groups: dict[str, dict[str, tuple[int, int]]] = {}
@@ -118,8 +119,11 @@ def crosswoz_dialogues(data_dir: Path, rng: random.Random, limit: int) -> list[C
     out: list[Conversation] = []
     for idx in rng.sample(range(len(rows)), min(limit, len(rows))):
         turns = rows[idx]["turns"]
-        pairs = [(t["content"], turns[j + 1]["content"] if j + 1 < len(turns) and turns[j + 1]["role"] == "sys"
-                  else None) for j, t in enumerate(turns) if t["role"] == "usr" and t["content"].strip()]
+        pairs = [
+            (t["content"], turns[j + 1]["content"] if j + 1 < len(turns) and turns[j + 1]["role"] == "sys" else None)
+            for j, t in enumerate(turns)
+            if t["role"] == "usr" and t["content"].strip()
+        ]
         askable = [j for j, (u, _) in enumerate(pairs) if _QUESTION.search(u) and not _THANKS.search(u)]
         again = rng.choice(askable) if askable and rng.random() < 0.5 else None
         draft = Draft(ZH_SYSTEM)

@@ -22,8 +22,14 @@ from proxy.tools.datasets.traces import (
 
 # --- paraphrase pairs -----------------------------------------------------------------------
 
-def _pick_pairs(lines: Sequence[str], parse: Callable[[str], tuple[str, str, int] | None],
-                need: Counter[int], rng: random.Random, held: HeldOut) -> dict[int, list[tuple[str, str]]]:
+
+def _pick_pairs(
+    lines: Sequence[str],
+    parse: Callable[[str], tuple[str, str, int] | None],
+    need: Counter[int],
+    rng: random.Random,
+    held: HeldOut,
+) -> dict[int, list[tuple[str, str]]]:
     """Rows in random order; each text used once, so one text never carries two keys."""
     got: dict[int, list[tuple[str, str]]] = {0: [], 1: []}
     used: set[str] = set(held.texts)
@@ -43,8 +49,15 @@ def _pick_pairs(lines: Sequence[str], parse: Callable[[str], tuple[str, str, int
     return got
 
 
-def _pair_convs(lines: Sequence[str], parse: Callable[[str], tuple[str, str, int] | None], src: str,
-                system: str, rng: random.Random, limit: int, held: HeldOut) -> list[Conversation]:
+def _pair_convs(
+    lines: Sequence[str],
+    parse: Callable[[str], tuple[str, str, int] | None],
+    src: str,
+    system: str,
+    rng: random.Random,
+    limit: int,
+    held: HeldOut,
+) -> list[Conversation]:
     """(a) a then b in one conversation, (b) a and b in two sessions of one tenant; labels alternate."""
     within = limit // 3
     slots = [("session", i % 2) for i in range(within)] + [("tenant", i % 2) for i in range((limit - within) // 2)]
@@ -64,8 +77,10 @@ def _pair_convs(lines: Sequence[str], parse: Callable[[str], tuple[str, str, int
         else:
             second = Draft(system)
             second.ask(b, key=ka if label else None)
-            out += [first.done(f"{src}-{n}-a", f"{src}_tenant", tenant),
-                    second.done(f"{src}-{n}-b", f"{src}_tenant", tenant)]
+            out += [
+                first.done(f"{src}-{n}-a", f"{src}_tenant", tenant),
+                second.done(f"{src}-{n}-b", f"{src}_tenant", tenant),
+            ]
     return consistent(out)
 
 

@@ -26,7 +26,7 @@ _REALTIME = (
 )
 _REGENERATE = (
     ("Write a two-line poem about autumn leaves.", "Crimson leaves let go, / the year exhales in gold."),
-    ("Suggest a name for a small coffee shop by the sea.", "How about \"Tide & Bean\"?"),
+    ("Suggest a name for a small coffee shop by the sea.", 'How about "Tide & Bean"?'),
     ("Give me an opening line for a mystery novel.", "The clock in the hall had stopped at 3:17, again."),
     ("给我讲一个关于程序员的冷笑话。", "程序员为什么分不清万圣节和圣诞节？因为 Oct 31 == Dec 25。"),
     ("帮我想一句生日祝福语，送给同事。", "愿你新的一岁工作顺心，生活常有惊喜！"),
@@ -42,8 +42,10 @@ def _realtime_pair(n: int, question: str, paraphrase: str) -> list[Conversation]
     k = first.ask(question, expect="no_hit")
     first.ask(paraphrase, key=k, expect="no_hit")
     later.ask(question, key=k, expect="no_hit")
-    return [first.done(f"realtime-{n}", "realtime_handwritten", "cal-realtime"),
-            later.done(f"realtime-{n}-later", "realtime_handwritten", "cal-realtime")]
+    return [
+        first.done(f"realtime-{n}", "realtime_handwritten", "cal-realtime"),
+        later.done(f"realtime-{n}-later", "realtime_handwritten", "cal-realtime"),
+    ]
 
 
 def _regenerate_pair(n: int, question: str, answer: str) -> list[Conversation]:
@@ -51,8 +53,10 @@ def _regenerate_pair(n: int, question: str, answer: str) -> list[Conversation]:
     k = first.ask(question, answer=answer)
     again.ask(question, key=k)  # a hit here is right: it was answered in the first conversation
     again.ask(question, key=k, expect="no_hit", regenerate=True)
-    return [first.done(f"regenerate-{n}", "regenerate_handwritten", "cal-realtime"),
-            again.done(f"regenerate-{n}-again", "regenerate_handwritten", "cal-realtime")]
+    return [
+        first.done(f"regenerate-{n}", "regenerate_handwritten", "cal-realtime"),
+        again.done(f"regenerate-{n}-again", "regenerate_handwritten", "cal-realtime"),
+    ]
 
 
 def realtime_probes(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:

@@ -49,9 +49,13 @@ class Turn:
         expect = obj.get("expect")
         if expect is not None and expect not in EXPECTS:
             raise ValueError(f"'expect' must be one of {sorted(EXPECTS)}, got {expect!r}")
-        return cls(_field(obj, "user", str), _field(obj, "key", str),
-                   _field(obj, "answer", str) if obj.get("answer") else None, expect,
-                   _field(obj, "regenerate", bool) if "regenerate" in obj else False)
+        return cls(
+            _field(obj, "user", str),
+            _field(obj, "key", str),
+            _field(obj, "answer", str) if obj.get("answer") else None,
+            expect,
+            _field(obj, "regenerate", bool) if "regenerate" in obj else False,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +68,14 @@ class Conversation:
     turns: tuple[Turn, ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "category": self.category, "tenant": self.tenant, "session": self.session,
-                "system": self.system, "turns": [t.to_json() for t in self.turns]}
+        return {
+            "id": self.id,
+            "category": self.category,
+            "tenant": self.tenant,
+            "session": self.session,
+            "system": self.system,
+            "turns": [t.to_json() for t in self.turns],
+        }
 
     @classmethod
     def from_json(cls, obj: object) -> Conversation:
@@ -150,8 +160,9 @@ def check_traces(convs: Sequence[Conversation]) -> list[str]:
                 problems.append(f"{c.id}[{i}]: context already has key {keys[p]}, here {t.key}")
             if t.answer is not None and answers.setdefault(t.answer, t.key) != t.key:
                 problems.append(f"{c.id}[{i}]: answer shared with key {answers[t.answer]}")
-            if t.regenerate and (i == 0 or (c.turns[i - 1].user, c.turns[i - 1].key) != (t.user, t.key)
-                                 or t.expect != "no_hit"):
+            if t.regenerate and (
+                i == 0 or (c.turns[i - 1].user, c.turns[i - 1].key) != (t.user, t.key) or t.expect != "no_hit"
+            ):
                 problems.append(f"{c.id}[{i}]: a regenerate repeats the previous turn, same key, expect no_hit")
     return problems
 
@@ -168,8 +179,10 @@ def consistent(convs: Iterable[Conversation]) -> list[Conversation]:
             continue
         ids.add(c.id)
         keys.update(ctx)
-        turns = tuple(t if t.answer is None or answers.setdefault(t.answer, t.key) == t.key
-                      else replace(t, answer=None) for t in c.turns)
+        turns = tuple(
+            t if t.answer is None or answers.setdefault(t.answer, t.key) == t.key else replace(t, answer=None)
+            for t in c.turns
+        )
         out.append(replace(c, turns=turns))
     return out
 
@@ -181,8 +194,15 @@ class Draft:
     system: str
     turns: list[Turn] = field(default_factory=list)
 
-    def ask(self, user: str, *, key: str | None = None, answer: str | None = None,
-            expect: str | None = None, regenerate: bool = False) -> str:
+    def ask(
+        self,
+        user: str,
+        *,
+        key: str | None = None,
+        answer: str | None = None,
+        expect: str | None = None,
+        regenerate: bool = False,
+    ) -> str:
         k = key or prefix_key(self.system, [*(t.user for t in self.turns), user])
         self.turns.append(Turn(user, k, answer, expect, regenerate))
         return k
@@ -202,5 +222,4 @@ def held_out(data_dir: Path) -> HeldOut:
     if not path.is_file():
         return HeldOut(frozenset(), frozenset())
     users = [[norm_text(t["user"]) for t in conv["turns"]] for conv in read_jsonl(path)]
-    return HeldOut(frozenset(u for us in users for u in us),
-                    frozenset((us[0], us[1]) for us in users if len(us) >= 2))
+    return HeldOut(frozenset(u for us in users for u in us), frozenset((us[0], us[1]) for us in users if len(us) >= 2))
