@@ -1,4 +1,10 @@
-"""Intent classification: forcing keywords, then nearest policy exemplars with a margin.
+"""Intent classification: never-cache rules, forcing keywords, then nearest policy exemplars with a
+margin.
+
+The never-cache rules (proxy/text/never_cache.py) come first: a realtime or medical request the
+exemplars miss would be stored and served to someone else, so recall there beats everything. They
+only name intents the policy defines and does not cache; a policy that caches realtime on
+purpose keeps its own classification.
 
 Exemplars are embedded once when a policy is loaded (with the cache's own embedder), so a
 request costs one matrix product here. Short follow-ups ("and the breakfast?") carry too
@@ -14,6 +20,7 @@ import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.policy import Policy
+from proxy.text.never_cache import never_cache_match
 from proxy.text.phrases import keyword_intent
 
 GENERAL = "general"
@@ -33,6 +40,7 @@ class IntentClassifier:
         self._matrix = matrix
         self._forcing = {n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords}
         self._keywords = {n: p.keywords for n, p in policy.intents.items() if p.keywords}
+        self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
 
     @classmethod
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
@@ -42,6 +50,9 @@ class IntentClassifier:
         return cls(policy, names, matrix)
 
     def classify(self, text: str, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:
+        never = never_cache_match(text)
+        if never is not None and never.intent in self._never_cached:
+            return IntentGuess(never.intent, 1.0, forced=True)
         forced = keyword_intent(text, self._forcing)
         if forced:
             return IntentGuess(forced, 1.0, forced=True)

@@ -1,0 +1,337 @@
+"""Rules that recognise requests whose answer must never come from a cache, in English and Chinese.
+
+Two families, each a list of named patterns over the lowercased, width-folded text:
+
+- ``realtime``: the answer changes with the clock. Prices and quotes of traded things (stocks,
+  crypto, gold, oil, currencies), exchange rates, weather, scores and results, flight status,
+  stock levels, news, and anything anchored to the present ("now", "today", "latest", 现在,
+  今天, 最新, 实时).
+- ``medical``: the answer depends on a person's body. Symptoms, dosages, drugs, diagnoses,
+  test results.
+
+They run before the exemplar classifier because a miss here is a wrong answer served to someone
+else, while a false alarm only costs one upstream call. Recall is therefore the target
+(benchmarks/bench_never_cache.py). Ordinary questions *about* the topics stay cacheable on
+purpose: "how do prices work in economics", "what is an exchange rate", "why is the sky blue",
+"how does the immune system work" name no asset, no present moment and no one's own body, so
+their answers do not go stale or depend on the asker.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Final
+
+REALTIME: Final = "realtime"
+MEDICAL: Final = "medical"
+
+
+@dataclass(frozen=True, slots=True)
+class NeverCacheMatch:
+    intent: str  # REALTIME or MEDICAL
+    rule: str  # the name of the pattern that fired, for logs and the benchmark
+
+
+def _en(*alternatives: str) -> str:
+    """Whole-word alternatives: "now" must not fire on "know", nor "rain" on "train"."""
+    return r"(?<![a-z0-9])(?:" + "|".join(alternatives) + r")(?![a-z0-9])"
+
+
+_ASSET_EN: Final = (
+    r"bitcoin|btc|ethereum|eth|crypto(?:currency|currencies)?|dogecoin|doge|solana|xrp|litecoin|"
+    r"stocks?|shares?|nasdaq|dow jones|dow|s&p ?500|ftse|nikkei|hang seng|index fund|etf|"
+    r"gold|silver|oil|crude|brent|gas|gasoline|petrol|diesel"
+)
+_CURRENCY_EN: Final = (
+    r"dollars?|usd|euros?|eur|yen|jpy|pounds?|gbp|sterling|yuan|rmb|renminbi|cny|won|rupees?|"
+    r"francs?|chf|pesos?|baht|ringgit|hkd|sgd|aud|cad"
+)
+_WEATHER_EN: Final = (
+    r"weather|forecast|rain(?:ing|y|fall)?|snow(?:ing|y|fall|storm)?|blizzard|sleet|"
+    r"hail(?:ing)?|drizzl(?:e|ing)|mist(?:y)?|fog(?:gy)?|cloudy|overcast|sunny|humid(?:ity)?|windy|"
+    r"thunderstorms?|storms?|tornado|hurricane|typhoon|heat ?wave|frost|clear skies|uv index|"
+    r"air quality|aqi|pollen count|wind chill|dew point"
+)
+_PRESENT_EN: Final = (
+    r"right now|now|today|today's|tonight|tonight's|this (?:morning|afternoon|evening|week|weekend)|"
+    r"currently|at the moment|as of now|as we speak|latest|breaking|up to date|up-to-date|"
+    r"live (?:scores?|stream|updates|coverage|results|prices?)|real[- ]time|this minute|so far today"
+)
+_DRUG_EN: Final = (
+    r"ibuprofen|advil|motrin|paracetamol|acetaminophen|tylenol|aspirin|naproxen|aleve|codeine|"
+    r"tramadol|oxycodone|morphine|antibiotics?|amoxicillin|penicillin|azithromycin|doxycycline|"
+    r"metformin|insulin|statins?|atorvastatin|lisinopril|amlodipine|warfarin|prednisone|"
+    r"antidepressants?|sertraline|prozac|fluoxetine|xanax|melatonin|benadryl|antihistamines?|"
+    r"cough syrup|birth control|contraceptive pills?|blood thinners?|painkillers?|pills?|tablets?|"
+    r"medicines?|medications?|drugs?|supplements?|vitamin [a-z0-9]+"
+)
+_SYMPTOM_EN: Final = (
+    r"headaches?|migraines?|fever|feverish|chills|cough(?:ing)?|sore throat|runny nose|"
+    r"nausea|nauseous|vomit(?:ing)?|throwing up|diarrh(?:o)?ea|constipat(?:ed|ion)|dizz(?:y|iness)|"
+    r"rash|hives|itch(?:y|ing)|swollen|swelling|bleeding|blood in (?:my|the) (?:urine|stool|poop)|chest pain|"
+    r"(?:stomach|tummy|back|neck|ear|tooth|joint|knee|belly|abdominal|pelvic) ?(?:ache|pain)|"
+    r"short(?:ness)? of breath|palpitations|numb(?:ness)?|tingling|fatigue|insomnia|"
+    r"infection|infected|inflamed|sprain(?:ed)?|fractured?|cramps?|(?:a|this|the) (?:lump|mole|cyst|wart|bump) "
+    r"(?:in|on|under)"
+)
+_BODY_ZH: Final = "头肚胃牙腰背胸嗓子喉咙关节腿膝脚手眼耳肩脖子颈椎小腹肚子心口"
+
+_REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        "en_asset_price",
+        re.compile(
+            _en(_ASSET_EN)
+            + r".{0,30}"
+            + _en(
+                r"prices?|quotes?|trading|worth|value|rates?|doing|go(?:ing|ne)? up|went up|"
+                r"go(?:ing|ne)? down|went down|drop(?:ped)?|ris(?:e|ing)|fall(?:ing)?|"
+                r"closed?|opened?|market cap|per (?:ounce|barrel|gallon|litre|liter)"
+            )
+            + "|"
+            + _en(r"prices?|quotes?|value|worth|cost")
+            + r" (?:of|for) (?:an? |one |1 |the )?"
+            + _en(_ASSET_EN)
+            + "|"
+            + _en(r"how much is|how much are|how much does|what's|what is")
+            + r" (?:an? |one |1 |the )?"
+            + _en(_ASSET_EN)
+            + r"(?: (?:worth|cost|trading at|going for|selling for))?\s*[?.!]?$"
+        ),
+    ),
+    (
+        "en_ticker",
+        re.compile(
+            r"(?<![a-z0-9])\$[a-z]{1,5}(?![a-z])|"
+            + _en(
+                r"ticker|share price|stock price|"
+                r"stock quote|market cap"
+            )
+        ),
+    ),
+    (
+        "en_currency",
+        re.compile(
+            r"(?<!an )"
+            + _en(
+                r"exchange rates?(?! (?:work|regimes?|polic(?:y|ies)|systems?|theory))|conversion rate|"
+                r"forex|fx rate"
+            )
+            + "|"
+            + _en(_CURRENCY_EN)
+            + r"\s*(?:to|in|into|against|vs\.?|versus|per)\s*"
+            + _en(_CURRENCY_EN)
+            + "|"
+            + _en(r"how much is|convert")
+            + r" (?:an? |one |\d+ )?"
+            + _en(_CURRENCY_EN)
+        ),
+    ),
+    (
+        "en_weather",
+        re.compile(
+            _en(_WEATHER_EN)
+            + "|"
+            + _en(
+                r"(?:highest|lowest|high|low) temperatures?|temperatures? (?:in|outside|"
+                r"today|tonight|tomorrow|this|for the|be|will)|what(?:'s| is| will be) the "
+                r"temperature(?! of)|how (?:hot|cold|warm) is it"
+            )
+            + "|"
+            + _en(r"(?:is|will|was) it")
+            + r"(?: (?:going to|gonna|supposed to))?(?: be)?"
+            r"(?: [a-z]+)? " + _en(r"dry|hot|cold|warm|chilly|freezing|wet|rain|snow|pour|sunny|clear|cloudy")
+        ),
+    ),
+    (
+        "en_score",
+        re.compile(
+            r"(?:is|are) [a-z .]{2,40} winning|"
+            + _en(
+                r"who won|who is winning|who's winning|who scored|final score|live score|the score|score of|"
+                r"scores (?:today|tonight|last night|so far)|scoreline|"
+                r"match result|game result|results? of the (?:game|match|race|election)|standings|leaderboard"
+            )
+        ),
+    ),
+    (
+        "en_status",
+        re.compile(
+            _en(
+                r"flight [a-z]{0,3}\d+|(?:flight|train|bus)[^.?!]{0,20}(?:delayed|on time|cancell?ed)|delays? at|"
+                r"in stock|out of stock|still available|sold out|open right now|still open|"
+                r"traffic (?:on|near|jam|like)|"
+                r"headlines|breaking news|in the news|news (?:today|about|on|from)|any news|what's new with"
+            )
+        ),
+    ),
+    (
+        "en_present",
+        re.compile(
+            _en(_PRESENT_EN)
+            + "|"
+            + _en(r"current|recent|newest|this year's|upcoming")
+            + r" (?:[a-z]+ )?"
+            + _en(
+                r"prices?|rates?|weather|temperature|score|status|value|news|events?|"
+                r"president|prime minister|ceo|leader|champion|version|release|"
+                r"record|ranking|interest rates?|inflation|situation|time|date"
+            )
+        ),
+    ),
+    (
+        "zh_asset_price",
+        re.compile(
+            r"(?:比特币|以太坊|狗狗币|加密货币|数字货币|虚拟币|币圈|股票|个股|美股|港股|a股|大盘|上证|深证|创业板|纳斯达克|道琼斯|"
+            r"恒生|指数|基金|黄金|金价|白银|银价|油价|原油|汽油|柴油|期货|茅台|腾讯|阿里|苹果公司|特斯拉)"
+            r".{0,10}(?:价格|价钱|多少钱|报价|行情|涨|跌|收盘|开盘|市值|净值|走势|多少了|现价|每克|一克|一盎司)"
+            r"|股价|币价|金价|油价|行情|涨停|跌停|收盘价|开盘价|市值|净值"
+        ),
+    ),
+    (
+        "zh_currency",
+        re.compile(
+            r"(?<!什么是)汇率(?!是什么|的定义|制度|理论|怎么形成|如何形成)|换汇|(?:美元|美金|人民币|欧元|日元|英镑|港币|港元|韩元|卢布|泰铢|澳元|加元|新台币|越南盾)"
+            r".{0,6}(?:兑|换|等于|折合|能换|可以换|是多少|多少)"
+        ),
+    ),
+    (
+        "zh_weather",
+        re.compile(
+            r"天气|气温|温度多少|下雨|下雪|降雨|暴雨|大雨|小雨|雷阵雨|台风|雾霾|空气质量|pm2\.?5|"
+            r"冷不冷|热不热|刮风|大风|阴天|多云|紫外线|预报|寒潮|带伞"
+        ),
+    ),
+    (
+        "zh_score",
+        re.compile(r"比分|谁赢了|谁赢|赢了吗|输了吗|赛果|战况|几比几|比赛结果|积分榜|排名榜|夺冠了|开奖|中奖号码"),
+    ),
+    (
+        "zh_status",
+        re.compile(
+            r"航班.{0,8}(?:延误|晚点|取消|起飞|到达|状态)|延误了|晚点了|还有货|有没有货|有货吗|还有库存|库存还有|余票|还有票|"
+            r"还有房|有空房|还开着|营业了吗|在营业|路况|堵车|新闻(?!稿|学|专业|写作)|头条|热搜|快讯"
+        ),
+    ),
+    (
+        "zh_present",
+        re.compile(
+            r"现在(?!你是|你来|请你|开始扮演|进行时)|今天|今日|今晚|今早|目前|此刻|此时|最新|实时|刚刚|"
+            r"当前(?!目录|路径|文件|分支|行|页|元素|节点|对象|函数|版本号|线程)|"
+            r"最近(?:的)?(?:新闻|消息|动态|价格|行情)"
+        ),
+    ),
+)
+
+_MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        "en_dose",
+        re.compile(
+            _en(
+                r"dose|doses|dosage|dosing|overdose|\d+ ?mg|milligrams?|how many (?:pills|tablets|capsules)|"
+                r"side effects?|drug interactions?|prescription|prescribed"
+            )
+            + "|"
+            + _en(
+                r"how much|how often|how many|can i take|should i take|safe to take|can i give|"
+                r"mix|together with|combine"
+            )
+            + r".{0,40}"
+            + _en(_DRUG_EN)
+            + "|"
+            + _en(r"(?:while|when|if i'm|if i am) on|on|off|stop taking|started taking|after taking")
+            + " "
+            + _en(_DRUG_EN)
+            + "|"
+            + _en(_DRUG_EN)
+            + r".{0,30}"
+            + _en(
+                r"a day|per day|daily|how much|how many|at once|safe|"
+                r"together|with alcohol|while pregnant|overdose"
+            )
+        ),
+    ),
+    (
+        "en_symptom",
+        re.compile(
+            _en(
+                r"symptoms?|i have|i've got|i've had|i got|i feel|i'm feeling|i am feeling|my (?:child|son|daughter|"
+                r"baby|kid|wife|husband|mom|mother|dad|father) (?:has|had|is|keeps)|having|suffering from|"
+                r"keep getting|been getting"
+            )
+            + r".{0,40}"
+            + _en(_SYMPTOM_EN)
+            + "|"
+            + _en(_SYMPTOM_EN)
+            + r".{0,50}"
+            + _en(
+                r"what could it be|what is it|is it serious|should i worry|"
+                r"see a doctor|go to the (?:er|hospital|doctor)|"
+                r"what should i do|what does it mean|what causes|cause|worry about|be cancer|"
+                r"for (?:\d+|two|three|a few|several) (?:days|weeks)"
+            )
+            + "|"
+            + _en(r"hurts?|hurting|aches?|aching|sore|painful|pain when|pain in my|bleeds?")
+        ),
+    ),
+    (
+        "en_diagnosis",
+        re.compile(
+            _en(
+                r"symptoms?|signs of|diagnos(?:e|ed|is|es)|prognosis|"
+                r"(?:do i|could i|might i) have (?:a |an |the )?(?:cancer|diabetes|"
+                r"covid|flu|cold|[a-z]+itis|[a-z]+ (?:disease|syndrome|disorder|infection|deficiency))|could it be "
+                r"(?:cancer|diabetes|covid|flu|an? [a-z]+ infection)|is it (?:cancer|contagious|an? allergy|an? "
+                r"infection)|(?:blood|lab|medical|biopsy|mri|ct|x-ray|scan) (?:test )?results?|blood (?:test|work|"
+                r"pressure|sugar|count)|white blood cells?|red blood cells?|cholesterol|glucose level|a1c|"
+                r"biopsy|mri results?|x-ray results?|ecg|ekg|liver enzymes?|thyroid levels?|pregnan(?:t|cy) test|"
+                r"should i see a doctor|need to see a doctor|go to the er|urgent care"
+            )
+        ),
+    ),
+    (
+        "zh_dose",
+        re.compile(
+            r"剂量|药量|用药|服用|吃几片|一次吃几|一天吃几|一天最多|同时吃|副作用|处方|什么药|药物|过量服|孕妇能|哺乳期|"
+            r"布洛芬|对乙酰氨基酚|扑热息痛|阿司匹林|阿莫西林|头孢|青霉素|抗生素|消炎药|退烧药|感冒药|降压药|降糖药|"
+            r"胰岛素|安眠药|止痛药|止疼药|褪黑素|维生素|钙片|激素药|中药|西药|药片|药膏|胶囊"
+        ),
+    ),
+    (
+        "zh_symptom",
+        re.compile(
+            rf"症状|(?:[{_BODY_ZH}]|膝盖|脚踝|手腕|后背|肩膀|牙齿|眼睛|肚脐|屁股|大腿|小腿|脚底|嘴巴|舌头)[又很好有点]?(?:疼|痛|酸|胀|麻|痒|肿)|"
+            r"痒|打嗝|耳鸣|口腔溃疡|长痘|掉头发|脱发|疼痛|发烧|发热|低烧|高烧|烧到|咳嗽|咳痰|流鼻涕|鼻塞|嗓子|喉咙痛|恶心|想吐|"
+            r"呕吐|腹泻|拉肚子|便秘|便血|头晕|眩晕|胸闷|心慌|心悸|气短|喘不上气|皮疹|疹子|红疹|起疹|过敏|湿疹|瘙痒|发痒|"
+            r"肿了|红肿|肿块|硬块|出血|流血|抽筋|乏力|没力气|失眠|盗汗|发炎|感染(?!力)|伤口|扭伤|骨折|烫伤|拉伤"
+        ),
+    ),
+    (
+        "zh_diagnosis",
+        re.compile(
+            r"诊断|确诊|病情|什么病|得了.{0,6}[症病炎]|(?:抑郁|焦虑|强迫|自闭|多动|糖尿|高血压|心脏|肺|肝|肾|胃|肠)(?:症|病|炎)|得了什么|是不是得了|要不要去医院|去医院|看医生|挂什么科|就医|"
+            r"化验|检查报告|体检报告|化验单|偏高说明|偏低说明|转氨酶|白细胞|红细胞|血小板|血压|血糖|血脂|胆固醇|尿酸|"
+            r"核磁|b超|彩超|心电图|甲状腺|肿瘤|癌|怀孕|验孕|月经|医生|医院"
+        ),
+    ),
+)
+
+
+def fold(text: str) -> str:
+    """Width-folded, lowercased, single-spaced: the form every rule is written against."""
+    folded = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
+    return re.sub(r"\s+", " ", folded).strip()
+
+
+def never_cache_match(text: str) -> NeverCacheMatch | None:
+    """The never-cache intent of one user turn, or None. Medical first: "今天头疼" is about a body
+    before it is about a day, and either way it is not cached."""
+    folded = fold(text)
+    if not folded:
+        return None
+    for intent, rules in ((MEDICAL, _MEDICAL_RULES), (REALTIME, _REALTIME_RULES)):
+        for name, pattern in rules:
+            if pattern.search(folded):
+                return NeverCacheMatch(intent, name)
+    return None
