@@ -19,6 +19,20 @@ from tests.scripted_upstream import Script, scripted_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DEFAULT_PACK = "e5-small-multilingual"
+# Markers follow from the fixtures a test asks for, directly or through another fixture, so a new
+# test that needs a model or the engine is marked without anyone remembering to. Tests that start
+# the engine without its fixture carry `pytest.mark.engine` themselves.
+MODEL_FIXTURES = frozenset({"model_home", "sync_embedder", "packs_dir", "embedders"})
+ENGINE_FIXTURES = frozenset({"engine"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+        if used & ENGINE_FIXTURES:
+            item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope="session")

@@ -73,6 +73,7 @@ def check_table(out: str) -> None:
             assert row[6] == "-" and int(row[8]) == 0, row
 
 
+@pytest.mark.engine
 async def test_demo_once_prints_the_table_and_stops_engine_and_proxy(tmp_path: Path, model_home: Path) -> None:
     proc = await start_demo(tmp_path, model_home, "--once")
     raw, _ = await asyncio.wait_for(proc.communicate(), timeout=240)
@@ -86,6 +87,7 @@ async def test_demo_once_prints_the_table_and_stops_engine_and_proxy(tmp_path: P
     assert (tmp_path / "demo" / "engine.log").stat().st_size > 0
 
 
+@pytest.mark.engine
 async def test_demo_keeps_serving_until_ctrl_c(tmp_path: Path, model_home: Path) -> None:
     proc = await start_demo(tmp_path, model_home)
     assert proc.stdout is not None

@@ -272,6 +272,7 @@ def test_missing_pack_without_auto_install_names_the_command(tmp_path: Path) -> 
         load_embedder("e5-small-multilingual", tmp_path, auto_install=False)
 
 
+@pytest.mark.model
 def test_missing_pack_is_installed_on_load_when_allowed(tmp_path: Path) -> None:
     embedder = load_embedder("minilm-l6-en", tmp_path, threads=1)
     assert (pack_dir("minilm-l6-en", tmp_path) / MANIFEST).is_file()

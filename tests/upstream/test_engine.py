@@ -220,6 +220,7 @@ async def test_conversation_pushed_out_of_all_slots_is_restored_from_the_ram_pro
     assert cached_tokens(back) >= FOLLOW_UP_SHARE * history_tokens
 
 
+@pytest.mark.engine
 async def test_launcher_stops_the_engine_on_exit() -> None:
     async with LocalEngine(parallel=1, ctx_size=1024) as engine:
         pid = engine.pid
@@ -258,6 +259,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.engine
 def test_engine_exits_when_its_launcher_is_killed() -> None:
     launcher = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True)
     try:
@@ -273,6 +275,7 @@ def test_engine_exits_when_its_launcher_is_killed() -> None:
     assert not process_alive(engine_pid)
 
 
+@pytest.mark.engine
 async def test_engine_dying_at_start_fails_fast_with_its_log(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + os.urandom(2048))

@@ -7,6 +7,7 @@ import json
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 from proxy.tools.datasets.traces import (
     EN_SYSTEM,
@@ -23,7 +24,7 @@ from proxy.tools.datasets.traces import (
 # --- multi-turn sets --------------------------------------------------------------------------
 
 
-def _gecor_groups(dials: list[dict], held: HeldOut) -> dict[str, list[tuple[int, int]]]:
+def _gecor_groups(dials: list[dict[str, Any]], held: HeldOut) -> dict[str, list[tuple[int, int]]]:
     """Elliptical follow-up text -> (dialogue, turn) whose complete forms differ, one per form."""
     groups: dict[str, dict[str, tuple[int, int]]] = {}
     for di, d in enumerate(dials):
@@ -62,7 +63,7 @@ def gecor_followups(data_dir: Path, rng: random.Random, limit: int) -> list[Conv
     return consistent(out)[:limit]
 
 
-def _kvret_records(dials: list[dict], held: HeldOut) -> list[tuple[int, int]]:
+def _kvret_records(dials: list[dict[str, Any]], held: HeldOut) -> list[tuple[int, int]]:
     """(dialogue, assistant turn) whose reformulation rewrites the driver turn before it, which
     follows at least one other driver turn; dialogues the dev traces use are skipped."""
     out = []

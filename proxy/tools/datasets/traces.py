@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 EN_SYSTEM = "You are a helpful assistant."
 ZH_SYSTEM = "你是一个乐于助人的助手。"
@@ -126,7 +126,7 @@ def write_traces(path: Path, convs: Iterable[Conversation]) -> int:
     return n
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
 
 
