@@ -41,7 +41,6 @@ SCOPE_ORDER: tuple[Scope, ...] = (Scope.SESSION, Scope.USER, Scope.TENANT, Scope
 @dataclass(frozen=True, slots=True)
 class CoarseTags:
     intent: str
-    task_branch: str
     entities: Entities
     change_instruction: bool
     context_switch: bool
@@ -50,7 +49,6 @@ class CoarseTags:
     def to_json(self) -> dict[str, Any]:
         return {
             "intent": self.intent,
-            "task_branch": self.task_branch,
             "entities": self.entities.to_json(),
             "change_instruction": self.change_instruction,
             "context_switch": self.context_switch,
@@ -73,18 +71,27 @@ class Signature:
     # set when this turn spells out the previous, elliptical user turn (lexical.restates): the
     # answer the user saw to that turn, whitespace-folded, which names the record it restates
     restated_answer: str = ""
+    # The request as the pair verifier reads it: the texts as written (not normalised), each cut
+    # to the bound the verifier reads (proxy.verify.sides), the context from the signed view.
+    question_raw: str = ""
+    previous_question: str = ""
+    previous_reply_head: str = ""
 
     @property
     def restates_previous(self) -> bool:
         return bool(self.restated_answer)
 
     def record_tags(self) -> dict[str, Any]:
-        """Tags stored on a record: the coarse tags plus what the lexical guards compare."""
+        """Tags stored on a record: the coarse tags plus what the lexical guards and the verifier
+        compare."""
         return {
             **self.tags.to_json(),
             "question": self.current_text[:600],
             "previous_reply": self.previous_reply,
             "turn": self.turn_index,
+            "question_raw": self.question_raw,
+            "previous_question": self.previous_question,
+            "previous_reply_head": self.previous_reply_head,
         }
 
 
@@ -161,15 +168,65 @@ class Status(StrEnum):
     BYPASS = "bypass"
 
 
+class Reason(StrEnum):
+    """Why a request got its status: one member per exit of the plan and of the decision. The
+    values are the wire strings of the log line, the debug header and the metric label; what
+    varies (which slots conflicted, which change signals fired) goes in fields of ``Decision``."""
+
+    # the request itself rules caching out (proxy.openai.request)
+    N_ABOVE_ONE = "n>1"
+    LOGPROBS = "logprobs"
+    NON_TEXT_CONTENT = "non_text_content"
+    TOOLS = "tools"
+    NO_USER_TURN = "no_user_turn"
+    # the session or the policy rules it out before any lookup
+    SESSION_RESET = "session_reset"
+    INTENT_DISABLED = "intent_disabled"
+    REGENERATE = "regenerate"
+    CORRECTION = "correction"
+    TOPIC_SWITCH = "topic_switch"
+    NO_CACHE = "no_cache"
+    PENDING = "pending"  # a better candidate is still in its feedback window: its answer is not served yet
+    # the decision over the candidates (proxy.decision.decide), in the order of its stages
+    NO_CANDIDATE = "no_candidate"
+    FILTERED_INTENT = "filtered:intent"
+    FILTERED_ENTITIES = "filtered:entities"
+    BELOW_CANDIDATE = "below_candidate"
+    NEW_TOPIC = "new_topic"
+    MODIFIES_CONTEXT = "modifies_context"
+    CONTEXT_MOVED = "context_moved"
+    REORDERED_WORDS = "reordered_words"
+    CONTEXT_DIFFERS = "context_differs"
+    CANDIDATE_ZONE = "candidate_zone"
+    NO_DIRECT_HIT = "no_direct_hit"
+    VERIFIER_UNAVAILABLE = "verifier_unavailable"
+    VERIFIER_REJECTED = "verifier_rejected"
+    VALIDATION_FAILED = "validation_failed"
+    ACCEPT = "accept"
+    VERIFIED = "verified"
+    EXACT_REPEAT = "exact_repeat"
+    RESTATEMENT = "restatement"
+    # an identical request in flight shared its upstream answer (proxy.upstream.coalesce)
+    COALESCED = "coalesced"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     status: Status
-    reason: str
+    reason: Reason
     record: Record | None = None
     score: float | None = None
     failed_checks: tuple[str, ...] = ()
     signals: tuple[str, ...] = ()
+    detail: str = ""  # what varies within the reason, e.g. the conflicting entity slots "budget,places"
+    verified: float | None = None  # the verifier's probability for the record, when it was asked
+    stage: str = ""  # the decision stage that ended the decision
 
     @property
     def is_hit(self) -> bool:
         return self.status is Status.HIT
+
+    @property
+    def summary(self) -> str:
+        """The reason with its detail, for people: ``filtered:entities:budget``."""
+        return f"{self.reason}:{self.detail}" if self.detail else str(self.reason)

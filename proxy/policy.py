@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,18 +21,20 @@ from typing import Any, Literal, cast, get_args
 import yaml
 
 Scope = Literal["session", "user", "tenant", "global"]
-HalfHit = Literal["incremental", "context_only"]
 Check = Literal["budget", "dates", "counts", "entities"]
 
 SCOPES: tuple[Scope, ...] = get_args(Scope)  # narrowest pool first
-HALF_HITS: tuple[HalfHit, ...] = get_args(HalfHit)
 CHECKS: tuple[Check, ...] = get_args(Check)
 GENERAL = "general"
 
 _INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # Keys the defaults block must spell out: the safety posture of a policy is never implicit.
-_REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "half_hit", "validate", "ttl", "scope")
-_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm", "restatement")
+_REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "validate", "ttl", "scope")
+_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm", "restatement", "verify_accept")
+# Keys that once meant something and now do nothing: read with a warning, so old files still load.
+_DEPRECATED: Mapping[str, str] = MappingProxyType(
+    {"half_hit": "every half-hit forwards the conversation unchanged, with the engine's prefix-cache hints"}
+)
 _INTENT_ONLY = ("exemplars", "keywords", "force")
 _BUILTIN: Mapping[str, Any] = MappingProxyType(
     {
@@ -39,11 +42,16 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "feedback_floor": 0.0,
         "prewarm": False,
         "restatement": False,
+        "verify_accept": None,
         "exemplars": (),
         "keywords": (),
         "force": False,
     }
 )
+
+
+class PolicyDeprecation(FutureWarning):
+    """A key the policy file still sets but that has no effect any more; says what to do instead."""
 
 
 class PolicyError(ValueError):
@@ -63,7 +71,6 @@ class IntentPolicy:
     accept: float
     candidate: float
     direct_hit: bool
-    half_hit: HalfHit
     validate: tuple[Check, ...]
     ttl: int  # seconds
     scope: Scope  # the pool a new answer is written to
@@ -73,6 +80,9 @@ class IntentPolicy:
     prewarm: bool
     # serve the previous turn's answer to its spelled-out restatement (proxy.decision.decide); off by default
     restatement: bool
+    # None: the accept zone decides. A probability: the pair verifier decides instead, serving the
+    # best candidate above `candidate` only when its probability reaches this (proxy.decision.decide)
+    verify_accept: float | None
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
@@ -199,6 +209,7 @@ def check_embedding_model(policy: Policy, model: str, *, shipped_fallback: bool 
 
 
 def _defaults_block(block: Mapping[str, Any], source: str) -> dict[str, Any]:
+    block = _without_deprecated(block, "defaults", source)
     for key in block:
         if key in _INTENT_ONLY:
             raise PolicyError(source, f"defaults.{key}", "set per intent only; move it under intents.<name>")
@@ -222,6 +233,7 @@ def _intents(block: Mapping[str, Any], defaults: Mapping[str, Any], source: str)
             body = {}
         if not isinstance(body, Mapping):
             raise PolicyError(source, where, f"expected a mapping of settings, got {_describe(body)}")
+        body = _without_deprecated(body, where, source)
         _only_keys(body, _REQUIRED_DEFAULTS + _OPTIONAL_DEFAULTS + _INTENT_ONLY, where, source)
         own = {key: _coerce(key, value, f"{where}.{key}", source) for key, value in body.items()}
         resolved[name] = _build_intent(name, {**defaults, **own}, where, source)
@@ -233,6 +245,13 @@ def _intents(block: Mapping[str, Any], defaults: Mapping[str, Any], source: str)
         )
     _check_forced_keywords(resolved, source)
     return MappingProxyType(resolved)
+
+
+def _without_deprecated(block: Mapping[str, Any], where: str, source: str) -> Mapping[str, Any]:
+    for key in block.keys() & _DEPRECATED.keys():
+        message = f"{source}: {_join(where, key)}: has no effect and is ignored ({_DEPRECATED[key]}); remove it"
+        warnings.warn(PolicyDeprecation(message), stacklevel=4)
+    return {k: v for k, v in block.items() if k not in _DEPRECATED}
 
 
 def _build_intent(name: str, merged: Mapping[str, Any], where: str, source: str) -> IntentPolicy:
@@ -342,6 +361,16 @@ def _as_unit(value: Any) -> float:
     return float(value)
 
 
+def _as_probability(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad(f"expected a probability between 0 and 1, or null for no verification, got {_describe(value)}")
+    if not 0.0 <= value <= 1.0:
+        raise _Bad(f"{value} is outside [0, 1]; the verifier's calibrated probabilities lie between 0 and 1")
+    return float(value)
+
+
 def _as_positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Bad(f"expected a whole number, got {_describe(value)}")
@@ -381,14 +410,13 @@ def _as_texts(value: Any) -> tuple[str, ...]:
     return tuple(item.strip() for item in value)
 
 
-_SCOPE, _HALF_HIT = _choice(SCOPES), _choice(HALF_HITS)
+_SCOPE = _choice(SCOPES)
 _CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
     {
         "cache": _as_bool,
         "accept": _as_unit,
         "candidate": _as_unit,
         "direct_hit": _as_bool,
-        "half_hit": _HALF_HIT,
         "validate": _as_checks,
         "ttl": _as_positive_int,
         "scope": _SCOPE,
@@ -397,6 +425,7 @@ _CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "feedback_floor": _as_unit,
         "prewarm": _as_bool,
         "restatement": _as_bool,
+        "verify_accept": _as_probability,
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,
@@ -444,7 +473,7 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "accept": f"{intent.accept:.2f}",
         "candidate": f"{intent.candidate:.2f}",
         "direct_hit": "yes" if intent.direct_hit else "no",
-        "half_hit": intent.half_hit,
+        "verify_accept": "-" if intent.verify_accept is None else f"{intent.verify_accept:.3f}",
         "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
         "ttl": _duration(intent.ttl),
         "pools": "→".join(intent.pools),

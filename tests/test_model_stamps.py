@@ -58,7 +58,6 @@ def minimal(**top: object) -> dict[str, object]:
             "accept": 0.9,
             "candidate": 0.85,
             "direct_hit": True,
-            "half_hit": "incremental",
             "validate": [],
             "ttl": 60,
             "scope": "session",

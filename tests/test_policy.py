@@ -65,7 +65,6 @@ def minimal(**intents: dict[str, Any]) -> dict[str, Any]:
             "accept": 0.9,
             "candidate": 0.85,
             "direct_hit": True,
-            "half_hit": "incremental",
             "validate": ["entities"],
             "ttl": 60,
             "scope": "session",
@@ -107,7 +106,7 @@ def test_shipped_thresholds_are_calibrated_and_keep_the_seed_risk_order(shipped:
         assert intent.direct_hit and set(intent.validate) == {"budget", "dates", "counts", "entities"}
     for name in ("code", "legal"):
         intent = shipped.intents[name]
-        assert intent.accept >= 0.92 and not intent.direct_hit and intent.half_hit == "context_only"
+        assert intent.accept >= 0.92 and not intent.direct_hit
     for name in ("realtime", "medical"):
         intent = shipped.intents[name]
         assert not intent.cache and intent.force
@@ -161,7 +160,7 @@ def test_policy_table_has_a_row_per_intent_in_file_order(shipped: Policy) -> Non
     assert [row["intent"] for row in rows] == list(shipped.intents)
     by_name = {row["intent"]: row for row in rows}
     assert by_name["chitchat"]["pools"] == "session→user→tenant"
-    assert by_name["code"]["direct_hit"] == "no" and by_name["code"]["half_hit"] == "context_only"
+    assert by_name["code"]["direct_hit"] == "no" and by_name["code"]["verify_accept"] == "-"
     assert by_name["realtime"]["cache"] == "no" and by_name["realtime"]["accept"] == "-"
     assert by_name["logistics"]["ttl"] == "10m" and by_name["logistics"]["validate"] == "dates,counts,entities"
     assert by_name["travel"]["validate"] == "all" and by_name["chitchat"]["validate"] == "-"
@@ -280,7 +279,8 @@ BROKEN = [
         set_path("intents.travel.scope", "team"), "intents.travel.scope", "session, user, tenant", id="bad-scope"
     ),
     pytest.param(
-        set_path("intents.code.half_hit", "partial"), "intents.code.half_hit", "incremental", id="bad-half-hit"
+        set_path("intents.code.verify_accept", 1.5), "intents.code.verify_accept", "outside [0, 1]",
+        id="verify-accept-above-one",
     ),
     pytest.param(
         set_path("intents.travel.validate", ["budget", "price"]),

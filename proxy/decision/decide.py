@@ -1,21 +1,28 @@
-"""Hit, half-hit or miss: the three safety nets as one pure function (seed §3).
+"""Hit, half-hit or miss: an ordered tuple of stages over the candidates, each of which may end
+the decision (like structlog's processors). Pure: the verifier's probabilities come in computed.
 
-1. Hard filters and score zones: a candidate of another intent, or whose active entities
-   conflict with the request's, is dropped whatever its score; the best survivor's score
-   falls in the accept, candidate or miss zone of the intent's policy.
-2. Change detection: a turn that negates, adds or modifies a constraint of the candidate's
+1. Hard filters: a candidate of another intent, or whose active entities conflict with the
+   request's, is dropped whatever its score. The best survivor (or the record a restatement
+   names) is judged by every later stage.
+2. Score floor: below the intent's ``candidate`` score it is a miss.
+3. Change detection: a turn that negates, adds or modifies a constraint of the candidate's
    context makes a half-hit (history still useful, answer not); another topic is a miss.
-3. Answer validation: the cached answer's key facts are checked against the request's
-   constraints; a failure never serves.
+4. Lexical guards: pairs the embedding cannot be trusted on make a half-hit.
+5. Accept zone, or verification where the intent sets ``verify_accept``: below ``accept``, or
+   a verifier probability below ``verify_accept``, only reuses the context upstream.
+6. ``direct_hit: false`` never serves; answer validation checks the cached answer's key facts
+   against the request's constraints, and a failure never serves. Otherwise a hit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
-from proxy.decision.change import ChangeKind, detect_change
+from proxy.decision.change import ChangeKind, ChangeVerdict, detect_change
 from proxy.decision.validate import KeyFacts, extract_constraints, validate_answer
-from proxy.model import Candidate, Decision, Signature, Status
+from proxy.model import Candidate, Decision, Reason, Signature, Status
 from proxy.policy import IntentPolicy
 from proxy.signing.signer import fold_space
 from proxy.text.entities import Entities, entities_conflict
@@ -24,97 +31,240 @@ from proxy.text.lexical import context_dependent, reordered, text_similarity
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
 # repeat right after it); once other turns come between, the whole-conversation key has changed.
 MAX_TURN_GAP = 1
-RESTATEMENT = "restatement"  # the reason of a hit served by rule, not by score
+RESTATEMENT = Reason.RESTATEMENT  # the reason of a hit served by rule, not by score
 CONTEXT_REPLY_SIMILARITY = 0.8  # trigram Jaccard of the assistant messages a dependent turn answers
 
 
-def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[tuple[Candidate, str]]:
-    """Each candidate with '' when it survives, else the reason it was dropped."""
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """A candidate and why the hard filters dropped it (``reason`` None: it survived)."""
+
+    candidate: Candidate
+    reason: Reason | None = None
+    detail: str = ""
+
+
+def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtered]:
     out = []
     for cand in candidates:
         tags = cand.record.coarse_tags
-        reason = ""
         if tags.get("intent") != sig.tags.intent:
-            reason = "intent"
-        else:
-            conflicts = entities_conflict(Entities.from_json(tags.get("entities", {})), sig.tags.entities)
-            if conflicts:
-                reason = "entities:" + ",".join(sorted(conflicts))
-        out.append((cand, reason))
+            out.append(Filtered(cand, Reason.FILTERED_INTENT))
+            continue
+        conflicts = entities_conflict(Entities.from_json(tags.get("entities", {})), sig.tags.entities)
+        out.append(
+            Filtered(cand, Reason.FILTERED_ENTITIES, ",".join(sorted(conflicts))) if conflicts else Filtered(cand)
+        )
     return out
 
 
-def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) -> str | None:
+def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) -> Reason | None:
     """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.text.lexical). A
     restatement was matched on the conversation's own words, so the reply it follows is moot."""
     tags = cand.record.coarse_tags
     if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
-        return "context_moved"
+        return Reason.CONTEXT_MOVED
     question = str(tags.get("question", ""))
     if question and question != sig.current_text and reordered(sig.current_text, question):
-        return "reordered_words"
+        return Reason.REORDERED_WORDS
     if (
         not restated
         and context_dependent(sig.current_text)
         and text_similarity(sig.previous_reply, str(tags.get("previous_reply", ""))) < CONTEXT_REPLY_SIMILARITY
     ):
-        return "context_differs"
+        return Reason.CONTEXT_DIFFERS
     return None
 
 
-def decide(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> Decision:
-    ranked = sorted(hard_filter(candidates, sig), key=lambda c: -c[0].score)
-    survivors = [c for c, why in ranked if not why]
-    if not survivors:
-        reason = f"filtered:{ranked[0][1]}" if ranked else "no_candidate"
-        return Decision(Status.MISS, reason, score=ranked[0][0].score if ranked else None)
-    restated = _restated(survivors, sig, policy)
-    best = restated or survivors[0]
-    record, score = best.record, best.score
-    if restated is None and score < policy.candidate:
-        return Decision(Status.MISS, "below_candidate", record, score)
-    verdict = detect_change(
-        sig.current_text,
-        candidate_entities=Entities.from_json(record.coarse_tags.get("entities", {})),
-        request_entities=sig.tags.entities,
-        candidate_intent=str(record.coarse_tags.get("intent")),
-        request_intent=sig.tags.intent,
-    )
-    if verdict.kind is ChangeKind.NEW_TOPIC:
-        return Decision(Status.MISS, "new_topic", record, score, signals=verdict.signals)
-    if verdict.kind is ChangeKind.MODIFIES_CONTEXT:
-        return Decision(Status.HALF_HIT, "modifies_context", record, score, signals=verdict.signals)
-    guard = lexical_guard(sig, best, restated=restated is not None)
-    if guard:
-        return Decision(Status.HALF_HIT, guard, record, score, signals=verdict.signals)
-    if restated is None and score < policy.accept:
-        # The seed serves a no-change candidate here; our change detector finds under half of the
-        # modifications on held-out data (benchmarks/bench_change.py), so this zone only reuses
-        # the context upstream (KV prefix) and never serves the old answer.
-        return Decision(Status.HALF_HIT, "candidate_zone", record, score, signals=verdict.signals)
-    if not policy.direct_hit:
-        return Decision(Status.HALF_HIT, "no_direct_hit", record, score)
-    checked = validate_answer(
-        KeyFacts.from_json(dict(record.key_facts)), extract_constraints(sig.active_user_text), policy.validate
-    )
-    if not checked.ok:
-        return Decision(Status.MISS, "validation_failed", record, score, failed_checks=checked.failures)
-    return Decision(Status.HIT, RESTATEMENT if restated else "accept", record, score, signals=verdict.signals)
+@dataclass(frozen=True)
+class DecisionContext:
+    """What every stage reads: the request, its policy, the candidates and the verifier's
+    probabilities (cache_id -> p). What several stages need is derived once, on first use."""
+
+    candidates: Sequence[Candidate]
+    sig: Signature
+    policy: IntentPolicy
+    verdicts: Mapping[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def ranked(self) -> list[Filtered]:
+        return sorted(hard_filter(self.candidates, self.sig), key=lambda f: -f.candidate.score)
+
+    @cached_property
+    def survivors(self) -> list[Candidate]:
+        return [f.candidate for f in self.ranked if f.reason is None]
+
+    @cached_property
+    def restated(self) -> Candidate | None:
+        """A spelled-out restatement of the previous, elliptical turn is that turn's request: its
+        words show it where the vectors cannot ("San Mateo." vs the full question). The record must
+        hold the very answer the user saw to that turn: a derived session id can join two
+        conversations that opened alike. The score zones are for judging by similarity; every other
+        net still runs."""
+        if not (self.policy.restatement and self.sig.restates_previous):
+            return None
+        answer = self.sig.restated_answer
+        return next(
+            (
+                c
+                for c in self.survivors
+                if c.same_session and c.turn_gap == 1 and fold_space(c.record.answer_text) == answer
+            ),
+            None,
+        )
+
+    @property
+    def best(self) -> Candidate:
+        """The candidate the stages after the hard filters judge (only read once one survived)."""
+        return self.restated or self.survivors[0]
+
+    @cached_property
+    def change(self) -> ChangeVerdict:
+        record = self.best.record
+        return detect_change(
+            self.sig.current_text,
+            candidate_entities=Entities.from_json(record.coarse_tags.get("entities", {})),
+            request_entities=self.sig.tags.entities,
+            candidate_intent=str(record.coarse_tags.get("intent")),
+            request_intent=self.sig.tags.intent,
+        )
+
+    @property
+    def exact_repeat(self) -> bool:
+        """The same conversation, byte for byte: nothing for the verifier to tell apart."""
+        return self.best.record.request_hash == self.sig.request_hash
+
+    @property
+    def verifies(self) -> bool:
+        """Does the verification stage judge this candidate, instead of the accept zone?"""
+        return self.policy.verify_accept is not None and self.policy.direct_hit and not self.exact_repeat
+
+    def about_best(
+        self, status: Status, reason: Reason, *, signals: bool = True, failed_checks: tuple[str, ...] = ()
+    ) -> Decision:
+        """A decision on the best candidate, carrying the change signals and any verifier verdict."""
+        best = self.best
+        return Decision(
+            status,
+            reason,
+            best.record,
+            best.score,
+            failed_checks=failed_checks,
+            signals=self.change.signals if signals else (),
+            verified=self.verdicts.get(best.record.cache_id) if self.verifies else None,
+        )
 
 
-def _restated(survivors: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> Candidate | None:
-    """A spelled-out restatement of the previous, elliptical turn is that turn's request: its words
-    show it where the vectors cannot ("San Mateo." vs the full question). The record must hold the
-    very answer the user saw to that turn: a derived session id can join two conversations that
-    opened alike. The score zones are for judging by similarity; every other net still runs."""
-    if not (policy.restatement and sig.restates_previous):
+Stage = Callable[[DecisionContext], Decision | None]
+
+
+def hard_filters(ctx: DecisionContext) -> Decision | None:
+    if ctx.survivors:
         return None
-    return next(
-        (
-            c
-            for c in survivors
-            if c.same_session and c.turn_gap == 1 and fold_space(c.record.answer_text) == sig.restated_answer
-        ),
-        None,
-    )
+    if not ctx.ranked:
+        return Decision(Status.MISS, Reason.NO_CANDIDATE)
+    top = ctx.ranked[0]
+    return Decision(Status.MISS, top.reason or Reason.NO_CANDIDATE, score=top.candidate.score, detail=top.detail)
+
+
+def score_floor(ctx: DecisionContext) -> Decision | None:
+    if ctx.restated is None and ctx.best.score < ctx.policy.candidate:
+        return ctx.about_best(Status.MISS, Reason.BELOW_CANDIDATE, signals=False)
+    return None
+
+
+def change_detection(ctx: DecisionContext) -> Decision | None:
+    if ctx.change.kind is ChangeKind.NEW_TOPIC:
+        return ctx.about_best(Status.MISS, Reason.NEW_TOPIC)
+    if ctx.change.kind is ChangeKind.MODIFIES_CONTEXT:
+        return ctx.about_best(Status.HALF_HIT, Reason.MODIFIES_CONTEXT)
+    return None
+
+
+def lexical_guards(ctx: DecisionContext) -> Decision | None:
+    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.restated is not None)
+    return ctx.about_best(Status.HALF_HIT, guard) if guard else None
+
+
+def accept_zone(ctx: DecisionContext) -> Decision | None:
+    # Below accept only the context is reused upstream (KV prefix), never the old answer: the
+    # change detector finds under half of the modifications on held-out data
+    # (benchmarks/bench_change.py), so a no-change verdict alone does not make a hit.
+    if ctx.policy.verify_accept is not None or ctx.restated is not None or ctx.best.score >= ctx.policy.accept:
+        return None
+    return ctx.about_best(Status.HALF_HIT, Reason.CANDIDATE_ZONE)
+
+
+def verification(ctx: DecisionContext) -> Decision | None:
+    """The pair verifier reads both requests with their context; its calibrated probability, not
+    the cosine, says whether the cached answer answers this request."""
+    if not ctx.verifies:
+        return None
+    p = ctx.verdicts.get(ctx.best.record.cache_id)
+    if p is None:  # not asked (disabled, overloaded or failed): the safe side is not to serve
+        return ctx.about_best(Status.HALF_HIT, Reason.VERIFIER_UNAVAILABLE)
+    assert ctx.policy.verify_accept is not None
+    return ctx.about_best(Status.HALF_HIT, Reason.VERIFIER_REJECTED) if p < ctx.policy.verify_accept else None
+
+
+def direct_hit(ctx: DecisionContext) -> Decision | None:
+    return None if ctx.policy.direct_hit else ctx.about_best(Status.HALF_HIT, Reason.NO_DIRECT_HIT, signals=False)
+
+
+def answer_validation(ctx: DecisionContext) -> Decision | None:
+    facts = KeyFacts.from_json(dict(ctx.best.record.key_facts))
+    checked = validate_answer(facts, extract_constraints(ctx.sig.active_user_text), ctx.policy.validate)
+    if checked.ok:
+        return None
+    return ctx.about_best(Status.MISS, Reason.VALIDATION_FAILED, signals=False, failed_checks=checked.failures)
+
+
+def hit(ctx: DecisionContext) -> Decision:
+    if ctx.restated is not None:
+        reason = Reason.RESTATEMENT
+    elif ctx.verifies:
+        reason = Reason.VERIFIED
+    elif ctx.policy.verify_accept is not None and ctx.exact_repeat:
+        reason = Reason.EXACT_REPEAT
+    else:
+        reason = Reason.ACCEPT
+    return ctx.about_best(Status.HIT, reason)
+
+
+STAGES: tuple[Stage, ...] = (
+    hard_filters,
+    score_floor,
+    change_detection,
+    lexical_guards,
+    accept_zone,
+    verification,
+    direct_hit,
+    answer_validation,
+)
+# The stages before the verifier: a candidate they all pass is the one the verifier is asked about.
+_BEFORE_VERIFICATION = STAGES[: STAGES.index(verification)]
+
+
+def decide(
+    candidates: Sequence[Candidate],
+    sig: Signature,
+    policy: IntentPolicy,
+    *,
+    verdicts: Mapping[str, float] | None = None,
+) -> Decision:
+    ctx = DecisionContext(candidates, sig, policy, verdicts or {})
+    for stage in STAGES:
+        decision = stage(ctx)
+        if decision is not None:
+            return replace(decision, stage=stage.__name__)
+    return replace(hit(ctx), stage=hit.__name__)
+
+
+def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> list[Candidate]:
+    """The candidates whose verifier probability ``decide`` will read: the best one, when it passes
+    every stage before verification and the intent verifies it; usually one, often none."""
+    ctx = DecisionContext(candidates, sig, policy)
+    if any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) or not ctx.verifies:
+        return []
+    return [ctx.best]

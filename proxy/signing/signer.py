@@ -1,6 +1,6 @@
 """The context signer: a layered fingerprint of the whole conversation (seed §2).
 
-Coarse tags (intent, task skeleton, active entities, change flag, topic-switch flag) act as
+Coarse tags (intent, active entities, change flag, topic-switch flag) act as
 hard filters; the dense vector of a trimmed *encoding view* does near-matching inside them.
 Per-turn vectors and intents are kept by content hash, so a request embeds only what is new.
 """
@@ -25,7 +25,7 @@ from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, canonical_formula, spelled_out, statements
 from proxy.text.normalize import normalize_text, system_prompt_version
 from proxy.text.phrases import change_instruction
-from proxy.text.skeleton import task_skeleton
+from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -140,9 +140,9 @@ class ContextSigner:
         view, dropped = self._view(request.system_text, view_turns, current)
         vector = await self._view_vector(view, dropped, stages)
         users = [*(self.normalize(m.text) for m in view_turns if m.role == "user"), current]
+        asked, asked_before, reply_head = verifier_context(current_raw, view_turns)
         tags = CoarseTags(
             intent=guess.intent,
-            task_branch=task_skeleton(users),
             entities=entities,
             change_instruction=change_instruction(current),
             context_switch=switch,
@@ -163,6 +163,9 @@ class ContextSigner:
             restated_answer=self._restated_answer(history, current)
             if self.classifier.policy.for_intent(guess.intent).restatement
             else "",
+            question_raw=asked,
+            previous_question=asked_before,
+            previous_reply_head=reply_head,
         )
 
     def _restated_answer(self, history: Sequence[Message], current: str) -> str:
@@ -249,6 +252,14 @@ class ContextSigner:
             chunk = np.average(np.stack(vecs[1:]), axis=0, weights=weights)
             vector = 0.75 * vector + 0.25 * chunk
         return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
+
+
+def verifier_context(question: str, history: Sequence[Message]) -> tuple[str, str, str]:
+    """The request as the pair verifier reads it: the question as written, the previous user turn
+    and the head of the previous reply, each cut to what the verifier reads of it."""
+    previous_question = next((m.text for m in reversed(history) if m.role == "user"), "")
+    previous_reply = next((m.text for m in reversed(history) if m.role == "assistant"), "")
+    return (question[:QUESTION_CHARS], previous_question[:PREVIOUS_QUESTION_CHARS], previous_reply[:REPLY_HEAD_CHARS])
 
 
 def _disjoint(a: Entities, b: Entities) -> bool:

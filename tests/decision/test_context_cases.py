@@ -72,7 +72,7 @@ def candidate(cached: Signature, request: Signature) -> Candidate:
 async def decide_pair(parts: Parts, cached: Signature, request: Signature) -> tuple[Status, str]:
     policy = parts.policy_box.policy.for_intent(request.tags.intent)
     d = decide([candidate(cached, request)], request, policy)
-    return d.status, d.reason
+    return d.status, d.summary
 
 
 HANGZHOU = ("周末去杭州玩三天，预算五千以内，帮我排一个行程", "第一天西湖，住西湖边的酒店。")

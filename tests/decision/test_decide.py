@@ -1,0 +1,345 @@
+"""decide() through every exit: hand-built signatures, records and candidates, no model.
+
+Each row names the Reason it expects; a Reason that decide can return and that no row reaches
+fails the coverage test, so a new exit comes with its case."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from proxy.decision.decide import (
+    STAGES,
+    DecisionContext,
+    accept_zone,
+    candidates_to_verify,
+    decide,
+    hard_filters,
+    verification,
+)
+from proxy.model import Candidate, CoarseTags, Decision, Reason, Record, Signature, Status
+from proxy.policy import IntentPolicy
+from proxy.text.entities import Entities
+
+# Reasons the plan gives before any candidate is looked up (request shape, session, policy) or
+# after it (a coalesced answer): never an exit of decide, covered by the openai and e2e tests.
+PLAN_REASONS = {
+    Reason.N_ABOVE_ONE,
+    Reason.LOGPROBS,
+    Reason.NON_TEXT_CONTENT,
+    Reason.TOOLS,
+    Reason.NO_USER_TURN,
+    Reason.SESSION_RESET,
+    Reason.INTENT_DISABLED,
+    Reason.REGENERATE,
+    Reason.CORRECTION,
+    Reason.TOPIC_SWITCH,
+    Reason.NO_CACHE,
+    Reason.PENDING,
+    Reason.COALESCED,
+}
+QUESTION = "how do I reset my home router"
+
+
+def make_policy(**changes: Any) -> IntentPolicy:
+    base = IntentPolicy(
+        name="support",
+        cache=True,
+        accept=0.9,
+        candidate=0.8,
+        direct_hit=True,
+        validate=("counts",),
+        ttl=60,
+        scope="session",
+        widen_to="session",
+        global_safe=False,
+        feedback_floor=0.0,
+        prewarm=False,
+        restatement=False,
+        verify_accept=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def make_sig(
+    text: str = QUESTION, *, entities: Entities | None = None, intent: str = "support", **changes: Any
+) -> Signature:
+    vector = np.ones(4, dtype=np.float32) / 2
+    tags = CoarseTags(intent=intent, entities=entities or Entities(), change_instruction=False, context_switch=False)
+    base = Signature(
+        vector=vector,
+        question_vector=vector,
+        tags=tags,
+        system_prompt_version="sp",
+        context_fingerprint="fp",
+        request_hash="req",
+        current_text=text,
+        active_user_text=text,
+        view_text=text,
+        previous_reply="",
+        turn_index=3,
+        question_raw=text,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def make_record(
+    question: str = QUESTION,
+    *,
+    cache_id: str = "sc-1",
+    intent: str = "support",
+    entities: Entities | None = None,
+    answer: str = "Hold the reset button for ten seconds.",
+    key_facts: Mapping[str, Any] | None = None,
+    request_hash: str = "other",
+    previous_reply: str = "",
+) -> Record:
+    tags = {
+        "intent": intent,
+        "entities": (entities or Entities()).to_json(),
+        "question": question,
+        "previous_reply": previous_reply,
+        "turn": 2,
+        "question_raw": question,
+    }
+    return Record(
+        cache_id=cache_id,
+        tenant="t",
+        user=None,
+        scope="session",
+        session="s",
+        namespace="",
+        context_fingerprint="fp",
+        intent=intent,
+        coarse_tags=tags,
+        vector=b"",
+        qvector=b"",
+        answer_text=answer,
+        key_facts=key_facts or {},
+        model="m",
+        system_prompt_version="sp",
+        policy_version="v",
+        request_hash=request_hash,
+        state="ready",
+    )
+
+
+def make_candidate(score: float = 0.95, record: Record | None = None, **changes: Any) -> Candidate:
+    return Candidate(record or make_record(), score, score, **changes)
+
+
+@dataclass(frozen=True)
+class Case:
+    reason: Reason
+    status: Status
+    candidates: list[Candidate]
+    sig: Signature = field(default_factory=make_sig)
+    policy: IntentPolicy = field(default_factory=make_policy)
+    verdicts: Mapping[str, float] = field(default_factory=dict)
+    check: Callable[[Decision], bool] = lambda d: True
+
+    def run(self) -> Decision:
+        return decide(self.candidates, self.sig, self.policy, verdicts=self.verdicts)
+
+
+OSLO, BERGEN = Entities(places=frozenset({"Oslo"})), Entities(places=frozenset({"Bergen"}))
+VERIFYING = make_policy(verify_accept=0.8)
+CASES = [
+    Case(Reason.NO_CANDIDATE, Status.MISS, []),
+    Case(
+        Reason.FILTERED_INTENT,
+        Status.MISS,
+        [make_candidate(record=make_record(intent="travel"))],
+        check=lambda d: d.record is None and d.score == 0.95,
+    ),
+    Case(
+        Reason.FILTERED_ENTITIES,
+        Status.MISS,
+        [make_candidate(record=make_record(entities=BERGEN))],
+        sig=make_sig(entities=OSLO),
+        check=lambda d: d.detail == "places" and d.summary == "filtered:entities:places",
+    ),
+    Case(Reason.BELOW_CANDIDATE, Status.MISS, [make_candidate(0.7)]),
+    Case(
+        Reason.NEW_TOPIC, Status.MISS, [make_candidate()], sig=make_sig("change the subject, how do I reset my router")
+    ),
+    Case(
+        Reason.MODIFIES_CONTEXT,
+        Status.HALF_HIT,
+        [make_candidate(record=make_record(entities=Entities()))],
+        sig=make_sig(entities=OSLO),
+        check=lambda d: "new:places" in d.signals,
+    ),
+    Case(Reason.CONTEXT_MOVED, Status.HALF_HIT, [make_candidate(same_session=True, turn_gap=2)]),
+    Case(
+        Reason.REORDERED_WORDS,
+        Status.HALF_HIT,
+        [make_candidate(record=make_record("cheap flights from rome to paris"))],
+        sig=make_sig("cheap flights from paris to rome"),
+    ),
+    Case(
+        Reason.CONTEXT_DIFFERS,
+        Status.HALF_HIT,
+        [make_candidate(record=make_record("where is it?", previous_reply="the museum opens at nine"))],
+        sig=make_sig("where is it?", previous_reply="you can pay by card or in cash"),
+    ),
+    Case(Reason.CANDIDATE_ZONE, Status.HALF_HIT, [make_candidate(0.85)]),
+    Case(Reason.NO_DIRECT_HIT, Status.HALF_HIT, [make_candidate()], policy=make_policy(direct_hit=False)),
+    Case(
+        Reason.VERIFIER_UNAVAILABLE,
+        Status.HALF_HIT,
+        [make_candidate(0.85)],
+        policy=VERIFYING,
+        check=lambda d: d.verified is None,
+    ),
+    Case(
+        Reason.VERIFIER_REJECTED,
+        Status.HALF_HIT,
+        [make_candidate()],
+        policy=VERIFYING,
+        verdicts={"sc-1": 0.3},
+        check=lambda d: d.verified == 0.3,
+    ),
+    Case(
+        Reason.VALIDATION_FAILED,
+        Status.MISS,
+        [make_candidate(record=make_record("give me 5 tips for packing", key_facts={"list_items": 3}))],
+        sig=make_sig("give me 5 tips for packing"),
+        check=lambda d: d.failed_checks == ("count:3!=5",),
+    ),
+    Case(Reason.ACCEPT, Status.HIT, [make_candidate()], check=lambda d: d.verified is None),
+    # in the candidate zone by cosine, served on the verifier's word
+    Case(
+        Reason.VERIFIED,
+        Status.HIT,
+        [make_candidate(0.85)],
+        policy=VERIFYING,
+        verdicts={"sc-1": 0.9},
+        check=lambda d: d.verified == 0.9,
+    ),
+    Case(
+        Reason.EXACT_REPEAT,
+        Status.HIT,
+        [make_candidate(record=make_record(request_hash="req"))],
+        policy=VERIFYING,
+        check=lambda d: d.verified is None,
+    ),
+    Case(
+        Reason.RESTATEMENT,
+        Status.HIT,
+        [make_candidate(0.5, record=make_record("Five days."), same_session=True, turn_gap=1)],
+        sig=make_sig(
+            "I need a packing list for a five day ski trip", restated_answer="Hold the reset button for ten seconds."
+        ),
+        policy=make_policy(restatement=True),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.reason.name for c in CASES])
+def test_decide_exits(case: Case) -> None:
+    d = case.run()
+    assert (d.status, d.reason) == (case.status, case.reason)
+    assert d.stage in {s.__name__ for s in STAGES} | {"hit"}
+    assert case.check(d)
+
+
+def test_every_reason_has_a_case() -> None:
+    covered = {c.reason for c in CASES}
+    assert covered.isdisjoint(PLAN_REASONS)
+    assert covered | PLAN_REASONS == set(Reason), set(Reason) - covered - PLAN_REASONS
+
+
+def test_the_stage_that_decided_is_named() -> None:
+    by_reason = {c.reason: c.run().stage for c in CASES}
+    assert by_reason[Reason.FILTERED_INTENT] == "hard_filters"
+    assert by_reason[Reason.CANDIDATE_ZONE] == "accept_zone"
+    assert by_reason[Reason.VERIFIER_REJECTED] == "verification"
+    assert by_reason[Reason.VALIDATION_FAILED] == "answer_validation"
+    assert by_reason[Reason.ACCEPT] == by_reason[Reason.VERIFIED] == "hit"
+
+
+def test_the_best_surviving_candidate_is_judged() -> None:
+    weak, strong = (
+        make_candidate(0.85, make_record(cache_id="weak")),
+        make_candidate(0.95, make_record(cache_id="strong")),
+    )
+    other = make_candidate(0.99, make_record(cache_id="other", intent="travel"))
+    d = decide([weak, other, strong], make_sig(), make_policy())
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.ACCEPT, "strong")
+
+
+def test_without_verify_accept_the_verdicts_change_nothing() -> None:
+    for case in CASES:
+        if case.policy.verify_accept is None:
+            judged = dataclasses.replace(case, verdicts={"sc-1": 0.0}).run()
+            assert (judged.status, judged.reason) == (case.status, case.reason)
+
+
+@pytest.mark.parametrize(
+    ("case", "asked"),
+    [
+        (Case(Reason.VERIFIED, Status.HIT, [make_candidate(0.85)], policy=VERIFYING), ["sc-1"]),
+        # decided before verification, or never verified: nothing to ask
+        (Case(Reason.BELOW_CANDIDATE, Status.MISS, [make_candidate(0.7)], policy=VERIFYING), []),
+        (
+            Case(
+                Reason.CONTEXT_MOVED, Status.HALF_HIT, [make_candidate(same_session=True, turn_gap=2)], policy=VERIFYING
+            ),
+            [],
+        ),
+        (
+            Case(
+                Reason.EXACT_REPEAT,
+                Status.HIT,
+                [make_candidate(record=make_record(request_hash="req"))],
+                policy=VERIFYING,
+            ),
+            [],
+        ),
+        (
+            Case(
+                Reason.NO_DIRECT_HIT,
+                Status.HALF_HIT,
+                [make_candidate()],
+                policy=dataclasses.replace(VERIFYING, direct_hit=False),
+            ),
+            [],
+        ),
+        (Case(Reason.ACCEPT, Status.HIT, [make_candidate()]), []),
+    ],
+)
+def test_candidates_to_verify_are_those_the_verification_stage_reads(case: Case, asked: list[str]) -> None:
+    chosen = candidates_to_verify(case.candidates, case.sig, case.policy)
+    assert [c.record.cache_id for c in chosen] == asked
+    verdicts = {cid: 0.99 for cid in asked}
+    assert dataclasses.replace(case, verdicts=verdicts).run().reason is case.reason
+
+
+def ctx(candidates: list[Candidate], policy: IntentPolicy, **verdicts: float) -> DecisionContext:
+    return DecisionContext(candidates, make_sig(), policy, verdicts)
+
+
+@pytest.mark.parametrize(
+    ("stage", "context", "expected"),
+    [
+        (hard_filters, ctx([make_candidate()], make_policy()), None),
+        (hard_filters, ctx([], make_policy()), Reason.NO_CANDIDATE),
+        (accept_zone, ctx([make_candidate(0.85)], make_policy()), Reason.CANDIDATE_ZONE),
+        (accept_zone, ctx([make_candidate(0.85)], VERIFYING), None),  # the verifier decides instead
+        (accept_zone, ctx([make_candidate(0.95)], make_policy()), None),
+        (verification, ctx([make_candidate(0.85)], make_policy()), None),
+        (verification, ctx([make_candidate(0.85)], VERIFYING, **{"sc-1": 0.8}), None),  # at the bound: accepted
+        (verification, ctx([make_candidate(0.85)], VERIFYING, **{"sc-1": 0.79}), Reason.VERIFIER_REJECTED),
+    ],
+)
+def test_stages_alone(
+    stage: Callable[[DecisionContext], Decision | None], context: DecisionContext, expected: Reason | None
+) -> None:
+    decision = stage(context)
+    assert (decision.reason if decision else None) == expected
