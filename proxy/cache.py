@@ -1,13 +1,12 @@
 """SemanticCache: look up, write back and take feedback, composing index, store and policy.
 
 Isolation is enforced twice: the index filter only admits labels of the request's allowed
-pools, and every candidate row read from SQLite is checked again before it can be served.
+pools, and every candidate row read from the store is checked again before it can be served.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,100 +18,17 @@ import numpy as np
 from proxy.decision.decide import decide
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.model import Candidate, Decision, Record, SessionLast, Signature, Status
+from proxy.model import Candidate, Decision, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
+from proxy.storage.base import IndexKey, RecordStore, Ref, Selector
 from proxy.storage.hnsw import HnswIndex
-from proxy.storage.sqlite import SqliteStore
+from proxy.storage.mirror import Pools
 from proxy.text.normalize import system_prompt_version
 
 SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
 NEGATIVE_FEEDBACK = -0.6
 POSITIVE_FEEDBACK = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class IndexKey:
-    """What the index filter needs to know about a label without touching SQLite."""
-
-    tenant: str
-    session: str
-    user: str | None
-    scope: str
-    model: str
-    system_prompt_version: str
-    namespace: str
-    intent: str
-    answer_bytes: int  # for the byte budget, so the sweeper need not read every answer to sum them
-
-    @classmethod
-    def of(cls, r: Record) -> IndexKey:
-        return cls.interned(
-            len(r.answer_text.encode()),
-            r.tenant,
-            r.session,
-            r.user,
-            r.scope,
-            r.model,
-            r.system_prompt_version,
-            r.namespace,
-            r.intent,
-        )
-
-    @classmethod
-    def interned(
-        cls,
-        answer_bytes: int,
-        tenant: str,
-        session: str,
-        user: str | None,
-        scope: str,
-        model: str,
-        version: str,
-        namespace: str,
-        intent: str,
-    ) -> IndexKey:
-        """One key per record stays in memory: tenants, sessions, models and versions repeat across
-        records, so each is kept once (measured in benchmarks/bench_store.py)."""
-        i = sys.intern
-        return cls(
-            i(tenant),
-            i(session),
-            None if user is None else i(user),
-            i(scope),
-            i(model),
-            i(version),
-            i(namespace),
-            i(intent),
-            answer_bytes,
-        )
-
-
-@dataclass
-class Pools:
-    """Every live label's key (what the index filter reads) and the labels of each session (searched
-    exactly: a session's pool is small)."""
-
-    keys: dict[int, IndexKey] = field(default_factory=dict)
-    sessions: dict[tuple[str, str], set[int]] = field(default_factory=dict)
-    answer_bytes: int = 0  # of all live answers
-
-    def add(self, label: int, key: IndexKey) -> None:
-        old = self.keys.get(label)
-        self.answer_bytes += key.answer_bytes - (old.answer_bytes if old else 0)
-        self.keys[label] = key
-        self.sessions.setdefault((key.tenant, key.session), set()).add(label)
-
-    def discard(self, label: int) -> None:
-        key = self.keys.pop(label, None)
-        if key is None:
-            return
-        self.answer_bytes -= key.answer_bytes
-        pool = self.sessions.get((key.tenant, key.session))
-        if pool is not None:
-            pool.discard(label)
-            if not pool:  # months of one-off sessions must not leave an empty set each behind
-                del self.sessions[(key.tenant, key.session)]
 
 
 @dataclass
@@ -140,7 +56,7 @@ def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
 class SemanticCache:
     def __init__(
         self,
-        store: SqliteStore,
+        store: RecordStore,
         index: HnswIndex,
         *,
         ready_after: float,
@@ -157,9 +73,9 @@ class SemanticCache:
         self._rebuild: _Rebuild | None = None
 
     async def load(self, *, snapshot: HnswIndex | None = None) -> int:
-        """Rebuild the index from SQLite, the source of truth: at start, and to compact it. At start
+        """Rebuild the index from the store, the source of truth: at start, and to compact it. At start
         a ``snapshot`` of the graph (saved at the last shutdown) can stand in for the rebuild: it is
-        brought level with SQLite, adding what was written and dropping what died since, so even
+        brought level with the store, adding what was written and dropping what died since, so even
         a stale one from before a crash serves exactly the live records.
 
         Requests go on meanwhile against the old graph; writes and deletes that land during the
@@ -171,11 +87,11 @@ class SemanticCache:
             pools = Pools()
             labels: list[int] = []
             vectors = bytearray()  # one buffer, not a bytes object per record: less to free and fragment
-            async for label, vector, answer_bytes, *fields in self.store.iter_index_rows(vectors=snapshot is None):
-                labels.append(label)
-                if vector is not None:
-                    vectors += vector
-                pools.add(label, IndexKey.interned(answer_bytes, *fields))
+            async for row in self.store.iter_index_rows(vectors=snapshot is None):
+                labels.append(row.label)
+                if row.vector is not None:
+                    vectors += row.vector
+                pools.add(row.label, row.key)
             if snapshot is None:
                 matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
                 await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
@@ -213,8 +129,17 @@ class SemanticCache:
         if self._rebuild is not None:
             self._rebuild.added.append((label, vector, key))
 
+    async def retire(self, selector: Selector, *, to: RecordState | None = RecordState.INVALID) -> list[Ref]:
+        """Take the selected records out of service: moved to ``to`` (kept a while for audit) or, with
+        None, deleted. Every invalidation, reset, rejection, delete and eviction comes through here,
+        because the order matters: the store first, then the index, so a rebuild reading the store
+        meanwhile cannot bring them back. Returns the records this call changed."""
+        refs = await (self.store.delete(selector) if to is None else self.store.set_state(selector, to))
+        self.forget([ref.label for ref in refs])
+        return refs
+
     def forget(self, labels: list[int]) -> None:
-        """Take records out of the index and its filter maps. Call after SQLite no longer has them
+        """Take records out of the index and its filter maps. Call after the store no longer has them
         live, so a concurrent rebuild cannot read them back."""
         if self._rebuild is not None:
             self._rebuild.forgotten.update(labels)
@@ -359,24 +284,26 @@ class SemanticCache:
         record = await self.store.get(cache_id)
         if record is None:
             return None
-        if record.state == "pending" and reject_pending:
-            await self.store.set_state([cache_id], "rejected")
-            if record.label is not None:
-                self.forget([record.label])
-        else:
-            await self.store.add_feedback(cache_id, NEGATIVE_FEEDBACK)
+        # the rejection is conditional on the record still being pending: one promoted meanwhile
+        # (here or on another replica) loses score instead, so the objection is never lost
+        pending = Selector(cache_ids=(cache_id,), states=(RecordState.PENDING,))
+        if (
+            record.state == RecordState.PENDING
+            and reject_pending
+            and await self.retire(pending, to=RecordState.REJECTED)
+        ):
+            return record
+        await self.store.add_feedback(cache_id, NEGATIVE_FEEDBACK)
         return record
 
     async def reward(self, cache_id: str) -> None:
         await self.store.add_feedback(cache_id, POSITIVE_FEEDBACK)
 
     async def invalidate_session(self, tenant: str, session: str) -> int:
-        rows = await self.store.select_labels(
-            "tenant = ? AND session = ? AND state IN ('pending', 'ready')", (tenant, session)
-        )
-        await self.store.set_state([cid for _, cid in rows], "invalid")
-        self.forget([lab for lab, _ in rows])
-        return len(rows)
+        return len(await self.retire(Selector(tenant=tenant, session=session)))
+
+
+PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
 
 
 def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:

@@ -1,5 +1,5 @@
 """Background upkeep: pending → ready promotion, expiry, hit-weighted LRU eviction under a
-capacity, index compaction, and the gauges that describe the store (seed §4.1, §4.3)."""
+capacity, index compaction, and the gauges that describe the store."""
 
 from __future__ import annotations
 
@@ -7,18 +7,21 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from proxy.cache import SemanticCache
 from proxy.http.chat import HitJudge
+from proxy.model import RecordState
 from proxy.observability.metrics import Metrics
+from proxy.storage.base import Selector, Usage
 
 log = structlog.get_logger("smartcache")
 HIT_WEIGHT_SECONDS = 3600.0  # each doubling of hits buys a record about an hour of coldness
 RETAIN_SECONDS = 7 * 86400.0  # rejected/invalid records (audit) and idle sessions' last answers
+DEAD_STATES = (RecordState.REJECTED, RecordState.INVALID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ def coldness(last_use: float, hit_count: int) -> float:
     return last_use + HIT_WEIGHT_SECONDS * math.log2(1 + hit_count)
 
 
-def pick_evictions(rows: list[tuple[int, str, float, int, int]], max_records: int, max_bytes: int) -> list[int]:
+def pick_evictions(rows: Sequence[Usage], max_records: int, max_bytes: int) -> list[int]:
     """Labels to evict, coldest first, until both the record count and the byte budget fit."""
     ordered = sorted(rows, key=lambda r: coldness(r[2], r[3]))
     count, size = len(rows), sum(r[4] for r in rows)
@@ -75,35 +78,26 @@ class Lifecycle:
             self.metrics.write("ready")
         for _ in range(self.judge.expire(now)):
             self.metrics.hit_judged("accepted")
-        expired = await self._drop_rows(await self.cache.store.expired(now), "ttl")
+        expired = await self._drop(Selector(expired_before=now), "ttl")
         evicted = await self._evict_capacity(now)
         if self.cache.index.deleted_fraction > 0.3:
             await self.cache.load()
         await self._gauges()
         return {"promoted": len(promoted), "expired": expired, "evicted": evicted}
 
-    async def _drop(self, where: str, params: tuple[object, ...], reason: str) -> int:
-        return await self._drop_rows(await self.cache.store.select_labels(where, params), reason)
-
-    async def _drop_rows(self, rows: list[tuple[int, str]], reason: str) -> int:
-        if rows:
-            # SQLite first: a compaction reading the store meanwhile must not bring them back
-            await self.cache.store.delete([cid for _, cid in rows])
-            self.cache.forget([lab for lab, _ in rows])
-            self.metrics.eviction(reason, len(rows))
-        return len(rows)
+    async def _drop(self, selector: Selector, reason: str) -> int:
+        dropped = await self.cache.retire(selector, to=None)
+        if dropped:
+            self.metrics.eviction(reason, len(dropped))
+        return len(dropped)
 
     async def _evict_capacity(self, now: float) -> int:
         pools, labels = self.cache.pools, []
         if self.capacity.exceeded(len(pools.keys), pools.answer_bytes):
-            labels = pick_evictions(await self.cache.store.usage_rows(), *self.capacity.targets())
-        evicted = 0
-        for i in range(0, len(labels), 500):
-            chunk = labels[i : i + 500]
-            marks = ", ".join("?" for _ in chunk)
-            evicted += await self._drop(f"label IN ({marks})", tuple(chunk), "capacity")
-        # rejected and invalid rows are kept a while for audit, then removed
-        await self._drop("state IN ('rejected', 'invalid') AND created_at <= ?", (now - RETAIN_SECONDS,), "purge")
+            labels = pick_evictions(await self.cache.store.usage(), *self.capacity.targets())
+        evicted = await self._drop(Selector(labels=tuple(labels)), "capacity") if labels else 0
+        # rejected and invalid records are kept a while for audit, then removed
+        await self._drop(Selector(states=DEAD_STATES, created_before=now - RETAIN_SECONDS), "purge")
         await self.cache.store.purge_session_last(now - RETAIN_SECONDS)
         return evicted
 
@@ -124,7 +118,7 @@ class Lifecycle:
 
 
 @contextlib.asynccontextmanager
-async def running(lifecycle: Lifecycle, interval: float):  # type: ignore[no-untyped-def]
+async def running(lifecycle: Lifecycle, interval: float) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(lifecycle.run(interval), name="lifecycle")
     try:
         yield task

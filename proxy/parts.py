@@ -21,6 +21,7 @@ from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
+from proxy.storage.base import RecordStore
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from proxy.upstream.client import Upstream
@@ -74,6 +75,11 @@ async def load_backend(s: Settings) -> SyncEmbedder:
     )
 
 
+async def open_store(s: Settings) -> RecordStore:
+    """The record store the settings name; the one place a backend is chosen."""
+    return await SqliteStore.open(s.db_path)
+
+
 @contextlib.asynccontextmanager
 async def open_parts(
     s: Settings,
@@ -86,7 +92,7 @@ async def open_parts(
     backend = backend or await load_backend(s)
     embedder = BatchingEmbedder(backend, max_batch=s.embed_max_batch, max_wait_s=s.embed_max_wait_ms / 1000)
     policy = policy or load_policy_for(s)
-    store = await SqliteStore.open(s.db_path)
+    store = await open_store(s)
     try:
         await store.claim_embedding(s.embedding_model, backend.dim)
     except BaseException:

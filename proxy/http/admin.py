@@ -16,22 +16,37 @@ from aiohttp import web
 
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.http import keys
+from proxy.model import RecordState
 from proxy.parts import load_policy_for
 from proxy.policy import PolicyError
 from proxy.signing.intent import IntentClassifier
+from proxy.storage.base import Selector
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# invalidation selectors and the record columns they match; nothing else reaches SQL
-SELECTORS = {
-    "system_prompt_version": "system_prompt_version",
-    "policy_version": "policy_version",
-    "intent": "intent",
-    "tenant": "tenant",
-    "session": "session",
-    "context_fingerprint": "context_fingerprint",
-    "model": "model",
-    "cache_id": "cache_id",
-}
+# the invalidation body's keys, each a field of the store's Selector; nothing else selects records
+SELECTORS = (
+    "system_prompt_version",
+    "policy_version",
+    "intent",
+    "tenant",
+    "session",
+    "context_fingerprint",
+    "model",
+    "cache_id",
+)
+
+
+def _selector(chosen: dict[str, str]) -> Selector:
+    return Selector(
+        system_prompt_version=chosen.get("system_prompt_version"),
+        policy_version=chosen.get("policy_version"),
+        intent=chosen.get("intent"),
+        tenant=chosen.get("tenant"),
+        session=chosen.get("session"),
+        context_fingerprint=chosen.get("context_fingerprint"),
+        model=chosen.get("model"),
+        cache_ids=(chosen["cache_id"],) if "cache_id" in chosen else None,
+    )
 
 
 def guarded(handler: Handler) -> Handler:
@@ -85,18 +100,19 @@ async def list_records(request: web.Request) -> web.Response:
         limit = min(max(int(q.get("limit", "50")), 1), 1000)
     except ValueError as exc:
         raise InvalidRequest("limit must be an integer", param="limit") from exc
-    where, params = ["1 = 1"], []
-    for name in ("session", "intent", "state", "tenant"):
-        if q.get(name):
-            where.append(f"{name} = ?")
-            params.append(q[name])
-    rows = await request.app[keys.CACHE].store.select_labels(
-        " AND ".join(where) + " ORDER BY label DESC LIMIT ?", [*params, limit]
+    state = q.get("state")
+    if state and state not in set(RecordState):
+        return web.json_response({"records": []})  # no record is in a state that does not exist
+    selector = Selector(
+        session=q.get("session") or None,
+        intent=q.get("intent") or None,
+        tenant=q.get("tenant") or None,
+        states=(RecordState(state),) if state else None,
     )
-    records = await request.app[keys.CACHE].store.get_many([lab for lab, _ in rows])
+    records = await request.app[keys.CACHE].store.find(selector, limit=limit)
     with_answer = q.get("include_answer") == "true"
     out = []
-    for r in sorted(records, key=lambda r: -(r.label or 0)):
+    for r in records:
         item = {
             k: getattr(r, k)
             for k in (
@@ -127,13 +143,10 @@ async def list_records(request: web.Request) -> web.Response:
 
 async def delete_record(request: web.Request) -> web.Response:
     cache = request.app[keys.CACHE]
-    record = await cache.store.get(request.match_info["cache_id"])
-    if record is None:
+    cache_id = request.match_info["cache_id"]
+    if not await cache.retire(Selector(cache_ids=(cache_id,), states=None), to=None):
         raise NotFound("no such record")
-    await cache.store.delete([record.cache_id])
-    if record.label is not None:
-        cache.forget([record.label])
-    return web.json_response({"deleted": record.cache_id})
+    return web.json_response({"deleted": cache_id})
 
 
 async def invalidate(request: web.Request) -> web.Response:
@@ -146,14 +159,11 @@ async def invalidate(request: web.Request) -> web.Response:
         raise InvalidRequest(f"name at least one selector of {sorted(SELECTORS)}")
     if any(not isinstance(v, str) for v in chosen.values()):
         raise InvalidRequest("selector values must be strings")
-    where = " AND ".join(f"{SELECTORS[k]} = ?" for k in chosen) + " AND state IN ('pending', 'ready')"
     cache = request.app[keys.CACHE]
-    rows = await cache.store.select_labels(where, list(chosen.values()))
+    selector = _selector(chosen)
     applied = body.get("apply") is True
-    if applied and rows:
-        await cache.store.set_state([cid for _, cid in rows], "invalid")
-        cache.forget([lab for lab, _ in rows])
-    return web.json_response({"matched": len(rows), "applied": applied})
+    matched = await (cache.retire(selector) if applied else cache.store.refs(selector))
+    return web.json_response({"matched": len(matched), "applied": applied})
 
 
 async def reset_session(request: web.Request) -> web.Response:
@@ -203,12 +213,7 @@ async def reload_policy(app: web.Application) -> dict[str, Any]:
     invalidated = 0
     if policy.version != old_version:
         cache = app[keys.CACHE]
-        rows = await cache.store.select_labels(
-            "policy_version != ? AND state IN ('pending', 'ready')", [policy.version]
-        )
-        await cache.store.set_state([cid for _, cid in rows], "invalid")
-        cache.forget([lab for lab, _ in rows])
-        invalidated = len(rows)
+        invalidated = len(await cache.retire(Selector(other_policy_version=policy.version)))
     return {"version": policy.version, "previous": old_version, "invalidated": invalidated}
 
 

@@ -1,4 +1,4 @@
-"""Records: the RecordStore protocol and its SQLite implementation (aiosqlite, WAL).
+"""The SQLite record store (aiosqlite, WAL): the embedded default and the one place SQL lives.
 
 SQLite is the source of truth. A record's integer ``label`` is its row id and its label in
 the vector index, so the index can always be rebuilt from this file.
@@ -9,16 +9,19 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiosqlite
 import orjson
 
-from proxy.model import LIVE_STATES, Record, SessionLast
+from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.storage.base import Count, IndexKey, IndexRow, Ref, Selector, StoreMismatch, Usage
 
-# what the vector index and its filter need of a record (see SemanticCache.load), in this order
+__all__ = ["SqliteStore", "StoreMismatch"]
+
+# what the vector index and its filter need of a record (see IndexRow), in this order
 INDEX_COLUMNS = (
     "label",
     "vector",
@@ -33,10 +36,22 @@ INDEX_COLUMNS = (
     "intent",
 )
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
+ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
 
-
-_COLUMNS = [f.name for f in dataclasses.fields(Record)]
 _JSON_COLUMNS = ("coarse_tags", "key_facts")
+# selector fields that are one column compared for equality
+_EQUAL = (
+    "tenant",
+    "session",
+    "user",
+    "namespace",
+    "model",
+    "system_prompt_version",
+    "policy_version",
+    "intent",
+    "context_fingerprint",
+    "request_hash",
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -68,30 +83,68 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-class StoreMismatch(ValueError):
-    """A data directory written under another embedding model: its vectors live in another space."""
+def _marks(n: int) -> str:
+    return ", ".join("?" for _ in range(n))
 
 
-class RecordStore(Protocol):
-    async def insert(self, record: Record) -> int: ...
-    async def get_many(self, labels: Sequence[int]) -> list[Record]: ...
-    async def get(self, cache_id: str) -> Record | None: ...
-    async def set_state(self, cache_ids: Iterable[str], state: str) -> int: ...
-    async def promote_due(self, now: float) -> list[Record]: ...
-    async def find_by_request(self, tenant: str, session: str, request_hash: str) -> list[Record]: ...
-    async def record_hit(self, cache_id: str, now: float) -> None: ...
-    async def add_feedback(self, cache_id: str, delta: float) -> float | None: ...
-    async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None: ...
-    async def session_last(self, tenant: str, session: str) -> SessionLast | None: ...
-    async def select_labels(self, where: str, params: Sequence[Any]) -> list[tuple[int, str]]: ...
-    def iter_live(self) -> AsyncIterator[Record]: ...
-    def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[tuple[Any, ...]]: ...
-    async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]: ...
-    async def counts(self) -> list[tuple[str, str, str, int]]: ...
-    async def close(self) -> None: ...
+def _where(sel: Selector) -> tuple[str, str, list[Any]]:
+    """(table, WHERE clause, parameters) of a selector. Only column names written here reach the
+    SQL text; every value is a parameter."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name in _EQUAL:
+        value = getattr(sel, name)
+        if value is not None:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    for column, values in (("cache_id", sel.cache_ids), ("label", sel.labels), ("state", sel.states)):
+        if values is not None:
+            clauses.append(f"{column} IN ({_marks(len(values))})" if values else "0")
+            params += [str(v) if column == "state" else v for v in values]
+    for column, op, value in (
+        ("policy_version", "!=", sel.other_policy_version),
+        ("expires_at", "<=", sel.expired_before),
+        ("created_at", "<=", sel.created_before),
+        ("ready_at", "<=", sel.ready_before),
+    ):
+        if value is not None:
+            clauses.append(f"{column} {op} ?")
+            params.append(value)
+    # the sweeper's expiry scan by its index by name: without statistics SQLite would pick the
+    # state index, i.e. read every live record each sweep
+    by_expiry = sel.expired_before is not None and sel.cache_ids is None and sel.labels is None
+    table = "records INDEXED BY records_expiry" if by_expiry else "records"
+    return table, " AND ".join(clauses) or "1", params
+
+
+def _chunks(sel: Selector) -> Iterator[Selector]:
+    """A selector naming many ids, as several naming at most ``ID_CHUNK`` each."""
+    if sel.cache_ids is not None and len(sel.cache_ids) > ID_CHUNK:
+        for i in range(0, len(sel.cache_ids), ID_CHUNK):
+            yield from _chunks(dataclasses.replace(sel, cache_ids=sel.cache_ids[i : i + ID_CHUNK]))
+    elif sel.labels is not None and len(sel.labels) > ID_CHUNK:
+        for i in range(0, len(sel.labels), ID_CHUNK):
+            yield dataclasses.replace(sel, labels=sel.labels[i : i + ID_CHUNK])
+    else:
+        yield sel
+
+
+def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
+    values = dict(zip(names, row, strict=True))
+    for key in _JSON_COLUMNS:
+        values[key] = orjson.loads(values[key])
+    return Record(**values)
+
+
+def _index_row(row: Sequence[Any]) -> IndexRow:
+    label, vector, answer_bytes, *fields = row
+    return IndexRow(int(label), None if vector is None else bytes(vector), IndexKey.interned(answer_bytes, *fields))
 
 
 class SqliteStore:
+    """``RecordStore`` on one SQLite file. One connection: aiosqlite serialises its statements on
+    one thread, so each method is atomic against the others of this process."""
+
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._db = conn
         self.path = path
@@ -110,42 +163,35 @@ class SqliteStore:
     async def close(self) -> None:
         await self._db.close()
 
-    async def store_id(self) -> str:
-        """A random id minted with the database: files derived from it (the index snapshot) name
-        it, so a database deleted and created afresh, whose labels restart at 1, never adopts them."""
-        async with self._db.execute("SELECT value FROM meta WHERE key = 'store_id'") as cur:
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self._db.execute(sql, params) as cur:
             row = await cur.fetchone()
-        if row is not None:
-            return str(row[0])
+        return None if row is None else row[0]
+
+    async def store_id(self) -> str:
+        found = await self._one("SELECT value FROM meta WHERE key = 'store_id'")
+        if found is not None:
+            return str(found)
         minted = uuid.uuid4().hex
         await self._db.execute("INSERT INTO meta (key, value) VALUES ('store_id', ?)", (minted,))
         await self._db.commit()
         return minted
 
     async def claim_embedding(self, model: str, dim: int) -> None:
-        """Stamp an empty store with the embedding model, or refuse one stamped with another: vectors of
-        two models are not comparable even at the same dimension, so a mixed index matches nonsense."""
         stamp = f"{model} dim={dim}"
-        async with self._db.execute("SELECT value FROM meta WHERE key = 'embedding'") as cur:
-            row = await cur.fetchone()
-        if row is None:
-            async with self._db.execute("SELECT COUNT(*) FROM records") as cur:
-                count = (await cur.fetchone() or (0,))[0]
-            if count:
-                # Written before stamps existed (the default pack then); trust it only at that shape.
-                stamp_old = f"e5-small-multilingual dim={dim}"
-                if stamp != stamp_old:
-                    raise StoreMismatch(self._mismatch(stamp, "an unrecorded model", count))
+        have = await self._one("SELECT value FROM meta WHERE key = 'embedding'")
+        count = int(await self._one("SELECT COUNT(*) FROM records") or 0)
+        if have is None:
+            # Written before stamps existed (the default pack then); trust it only at that shape.
+            if count and stamp != f"e5-small-multilingual dim={dim}":
+                raise StoreMismatch(self._mismatch(stamp, "an unrecorded model", count))
             await self._db.execute("INSERT INTO meta (key, value) VALUES ('embedding', ?)", (stamp,))
             await self._db.commit()
-        elif row[0] != stamp:
-            async with self._db.execute("SELECT COUNT(*) FROM records") as cur:
-                count = (await cur.fetchone() or (0,))[0]
-            if count == 0:
-                await self._db.execute("UPDATE meta SET value = ? WHERE key = 'embedding'", (stamp,))
-                await self._db.commit()
-            else:
-                raise StoreMismatch(self._mismatch(stamp, row[0], count))
+        elif have != stamp:
+            if count:
+                raise StoreMismatch(self._mismatch(stamp, str(have), count))
+            await self._db.execute("UPDATE meta SET value = ? WHERE key = 'embedding'", (stamp,))
+            await self._db.commit()
 
     def _mismatch(self, want: str, have: str, count: int) -> str:
         return (
@@ -154,60 +200,74 @@ class SqliteStore:
             f"built with, use another data_dir, or delete {self.path.name}* to start the cache afresh"
         )
 
-    @staticmethod
-    def _row(row: Sequence[Any], names: Sequence[str]) -> Record:
-        values = dict(zip(names, row, strict=True))
-        for key in _JSON_COLUMNS:
-            values[key] = orjson.loads(values[key])
-        return Record(**values)
-
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Record]:
         async with self._db.execute(sql, params) as cur:
             names = [d[0] for d in cur.description]
-            return [self._row(r, names) for r in await cur.fetchall()]
+            return [_record(r, names) for r in await cur.fetchall()]
 
     async def insert(self, record: Record) -> int:
         values = dataclasses.asdict(record)
         values.pop("label")
         for key in _JSON_COLUMNS:
             values[key] = orjson.dumps(values[key]).decode()
-        cols = ", ".join(values)
-        marks = ", ".join("?" for _ in values)
-        cur = await self._db.execute(f"INSERT INTO records ({cols}) VALUES ({marks})", list(values.values()))
+        values["state"] = str(values["state"])
+        values["scope"] = str(values["scope"])
+        cur = await self._db.execute(
+            f"INSERT INTO records ({', '.join(values)}) VALUES ({_marks(len(values))})", list(values.values())
+        )
         await self._db.commit()
         assert cur.lastrowid is not None
         return int(cur.lastrowid)
-
-    async def get_many(self, labels: Sequence[int]) -> list[Record]:
-        if not labels:
-            return []
-        marks = ", ".join("?" for _ in labels)
-        return await self._fetch(f"SELECT * FROM records WHERE label IN ({marks})", list(labels))
 
     async def get(self, cache_id: str) -> Record | None:
         rows = await self._fetch("SELECT * FROM records WHERE cache_id = ?", (cache_id,))
         return rows[0] if rows else None
 
-    async def set_state(self, cache_ids: Iterable[str], state: str) -> int:
-        ids = list(cache_ids)
-        if not ids:
-            return 0
-        marks = ", ".join("?" for _ in ids)
-        cur = await self._db.execute(f"UPDATE records SET state = ? WHERE cache_id IN ({marks})", [state, *ids])
+    async def get_many(self, labels: Sequence[int]) -> list[Record]:
+        return await self.find(Selector(labels=tuple(labels), states=None)) if labels else []
+
+    async def find(self, selector: Selector, *, limit: int | None = None) -> list[Record]:
+        out: list[Record] = []
+        for sel in _chunks(selector):
+            table, where, params = _where(sel)
+            tail = "" if limit is None else f" LIMIT {int(limit)}"
+            out += await self._fetch(f"SELECT * FROM {table} WHERE {where} ORDER BY label DESC{tail}", params)
+        out.sort(key=lambda r: -(r.label or 0))
+        return out if limit is None else out[:limit]
+
+    async def _refs(self, sql: str, params: Sequence[Any]) -> list[Ref]:
+        async with self._db.execute(sql, params) as cur:
+            return [Ref(int(a), str(b)) for a, b in await cur.fetchall()]
+
+    async def refs(self, selector: Selector) -> list[Ref]:
+        out: list[Ref] = []
+        for sel in _chunks(selector):
+            table, where, params = _where(sel)
+            out += await self._refs(f"SELECT label, cache_id FROM {table} WHERE {where}", params)
+        return out
+
+    async def set_state(self, selector: Selector, state: RecordState) -> list[Ref]:
+        out: list[Ref] = []
+        for sel in _chunks(selector):
+            table, where, params = _where(sel)
+            out += await self._refs(
+                f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
+            )
         await self._db.commit()
-        return cur.rowcount
+        return out
 
-    async def promote_due(self, now: float) -> list[Record]:
-        due = await self._fetch("SELECT * FROM records WHERE state = 'pending' AND ready_at <= ?", (now,))
-        if due:
-            await self.set_state([r.cache_id for r in due], "ready")
-        return [dataclasses.replace(r, state="ready") for r in due]
+    async def promote_due(self, now: float) -> list[Ref]:
+        return await self.set_state(Selector(states=(RecordState.PENDING,), ready_before=now), RecordState.READY)
 
-    async def find_by_request(self, tenant: str, session: str, request_hash: str) -> list[Record]:
-        return await self._fetch(
-            "SELECT * FROM records WHERE tenant = ? AND session = ? AND request_hash = ? AND state IN (?, ?)",
-            (tenant, session, request_hash, *LIVE_STATES),
-        )
+    async def delete(self, selector: Selector) -> list[Ref]:
+        out: list[Ref] = []
+        for sel in _chunks(selector):
+            table, where, params = _where(sel)
+            out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
+        await self._db.commit()
+        if out:
+            await self._db.execute("PRAGMA incremental_vacuum(256)")
+        return out
 
     async def record_hit(self, cache_id: str, now: float) -> None:
         await self._db.execute(
@@ -216,14 +276,13 @@ class SqliteStore:
         await self._db.commit()
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
-        await self._db.execute(
-            "UPDATE records SET feedback_score = MAX(0.0, MIN(1.0, feedback_score + ?)) WHERE cache_id = ?",
+        score = await self._one(
+            "UPDATE records SET feedback_score = MAX(0.0, MIN(1.0, feedback_score + ?)) WHERE cache_id = ? "
+            "RETURNING feedback_score",
             (delta, cache_id),
         )
         await self._db.commit()
-        async with self._db.execute("SELECT feedback_score FROM records WHERE cache_id = ?", (cache_id,)) as cur:
-            row = await cur.fetchone()
-        return float(row[0]) if row else None
+        return None if score is None else float(score)
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
         await self._db.execute(
@@ -235,8 +294,6 @@ class SqliteStore:
         await self._db.commit()
 
     async def purge_session_last(self, before: float) -> int:
-        """Forget the last answers of sessions idle since ``before``: one row per conversation ever
-        seen would otherwise grow without bound."""
         cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
         await self._db.commit()
         return cur.rowcount
@@ -249,80 +306,55 @@ class SqliteStore:
             row = await cur.fetchone()
         return SessionLast(str(row[0]), bool(row[1]), str(row[2]), float(row[3])) if row else None
 
-    async def select_labels(self, where: str, params: Sequence[Any]) -> list[tuple[int, str]]:
-        """Labels and ids matching a WHERE clause built by trusted code (never from user text)."""
-        async with self._db.execute(f"SELECT label, cache_id FROM records WHERE {where}", params) as cur:
-            return [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
-
-    async def expired(self, now: float) -> list[tuple[int, str]]:
-        """Labels and ids of live records past their TTL. Through the expiry index by name: without
-        statistics SQLite would pick the state index, i.e. read every live record each sweep."""
-        async with self._db.execute(
-            "SELECT label, cache_id FROM records INDEXED BY records_expiry WHERE expires_at <= ? AND state IN (?, ?)",
-            (now, *LIVE_STATES),
-        ) as cur:
-            return [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
-
-    async def delete(self, cache_ids: Iterable[str]) -> int:
-        ids = list(cache_ids)
-        if not ids:
-            return 0
-        marks = ", ".join("?" for _ in ids)
-        cur = await self._db.execute(f"DELETE FROM records WHERE cache_id IN ({marks})", ids)
-        await self._db.commit()
-        await self._db.execute("PRAGMA incremental_vacuum(256)")
-        return cur.rowcount
-
     async def iter_live(self) -> AsyncIterator[Record]:
-        async with self._db.execute("SELECT * FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES) as cur:
+        async with self._db.execute(
+            f"SELECT * FROM records WHERE state IN ({_marks(len(LIVE_STATES))}) ORDER BY label",
+            [str(s) for s in LIVE_STATES],
+        ) as cur:
             names = [d[0] for d in cur.description]
             # batched: iterating an aiosqlite cursor row by row costs one thread hop per row
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
-                    yield self._row(row, names)
+                    yield _record(row, names)
 
-    async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[tuple[Any, ...]]:
-        """``INDEX_COLUMNS`` of every live record in label order: start-up and compaction read every
-        record, so they skip answers and tags (no JSON to parse, far less garbage). Without
-        ``vectors`` the vector column is None (a start from an index snapshot needs none)."""
+    async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
         columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
         async with self._db.execute(
-            f"SELECT {', '.join(columns)} FROM records WHERE state IN (?, ?) ORDER BY label", LIVE_STATES
+            f"SELECT {', '.join(columns)} FROM records WHERE state IN ({_marks(len(LIVE_STATES))}) ORDER BY label",
+            [str(s) for s in LIVE_STATES],
         ) as cur:
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
-                    yield tuple(row)
+                    yield _index_row(row)
 
     async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
         for start in range(0, len(labels), FETCH_BATCH):
             chunk = list(labels[start : start + FETCH_BATCH])
-            marks = ", ".join("?" for _ in chunk)
             async with self._db.execute(
-                f"SELECT label, vector FROM records WHERE label IN ({marks}) ORDER BY label", chunk
+                f"SELECT label, vector FROM records WHERE label IN ({_marks(len(chunk))}) ORDER BY label", chunk
             ) as cur:
                 out += [(int(a), bytes(b)) for a, b in await cur.fetchall()]
         return out
 
-    async def counts(self) -> list[tuple[str, str, str, int]]:
+    async def counts(self) -> list[Count]:
         async with self._db.execute(
             "SELECT state, scope, intent, COUNT(*) FROM records GROUP BY state, scope, intent"
         ) as cur:
-            return [(str(a), str(b), str(c), int(n)) for a, b, c, n in await cur.fetchall()]
+            return [Count(str(a), str(b), str(c), int(n)) for a, b, c, n in await cur.fetchall()]
 
-    async def usage_rows(self) -> list[tuple[int, str, float, int, int]]:
-        """(label, cache_id, last use, hit count, answer bytes) of live records, for eviction."""
+    async def usage(self) -> list[Usage]:
         async with self._db.execute(
             "SELECT label, cache_id, MAX(last_hit_at, created_at), hit_count, LENGTH(CAST(answer_text AS BLOB)) "
-            "FROM records WHERE state IN (?, ?)",
-            LIVE_STATES,
+            f"FROM records WHERE state IN ({_marks(len(LIVE_STATES))})",
+            [str(s) for s in LIVE_STATES],
         ) as cur:
-            return [(int(a), str(b), float(c), int(d), int(e)) for a, b, c, d, e in await cur.fetchall()]
+            return [Usage(int(a), str(b), float(c), int(d), int(e)) for a, b, c, d, e in await cur.fetchall()]
 
     async def answer_bytes(self) -> int:
-        async with self._db.execute(
-            "SELECT COALESCE(SUM(LENGTH(CAST(answer_text AS BLOB))), 0) FROM records WHERE state IN (?, ?)",
-            LIVE_STATES,
-        ) as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        total = await self._one(
+            "SELECT COALESCE(SUM(LENGTH(CAST(answer_text AS BLOB))), 0) FROM records "
+            f"WHERE state IN ({_marks(len(LIVE_STATES))})",
+            [str(s) for s in LIVE_STATES],
+        )
+        return int(total or 0)

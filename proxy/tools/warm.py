@@ -16,6 +16,7 @@ from proxy.openai.request import parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import Settings
 from proxy.signing.signer import request_hash
+from proxy.storage.base import Selector
 from proxy.tools.datasets.traces import Conversation
 
 
@@ -27,7 +28,8 @@ async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, 
         msgs = [*history, {"role": "user", "content": turn.user}]
         if turn.answer:
             req = parse_chat_request(orjson.dumps({"model": model, "messages": msgs}))
-            if await parts.cache.store.find_by_request(conv.tenant, conv.session, request_hash(req)):
+            selector = Selector(tenant=conv.tenant, session=conv.session, request_hash=request_hash(req))
+            if await parts.cache.store.find(selector, limit=1):
                 skipped += 1
             else:
                 sig = await parts.signer.sign(req)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from proxy.http import keys
+from proxy.model import RecordState
+from proxy.storage.base import Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from tests.conftest import ProxyFactory, Upstream
@@ -76,8 +78,7 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     for f in old.iterdir():
         shutil.copy(f, data / f.name)
     store = await SqliteStore.open(data / "cache.sqlite3")
-    elbrus = [cid for _, cid in await store.select_labels("label = 1", [])]
-    await store.set_state(elbrus, "invalid")
+    await store.set_state(Selector(labels=(1,)), RecordState.INVALID)  # the Elbrus answer
     await store.close()
 
     def no_rebuild(self: HnswIndex, items: object) -> None:

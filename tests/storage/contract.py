@@ -1,0 +1,229 @@
+"""The RecordStore contract: what every backend must do, as one set of tests.
+
+A backend's test module subclasses ``RecordStoreContract`` and provides a ``store`` fixture that
+yields a fresh, empty store; every test here then runs against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.storage.base import Count, RecordStore, Ref, Selector, StoreMismatch, Usage
+
+DIM = 4
+NOW = 1_000_000.0
+
+
+def vector(seed: int) -> bytes:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return (v / np.linalg.norm(v)).tobytes()
+
+
+def make_record(n: int = 0, **changes: Any) -> Record:
+    base = Record(
+        cache_id=f"sc-{n:04d}",
+        tenant="t1",
+        user=None,
+        scope="session",
+        session="s1",
+        namespace="",
+        context_fingerprint="fp",
+        intent="general",
+        coarse_tags={"intent": "general", "turn": 1, "entities": {"places": ["巴黎"]}},
+        vector=vector(n),
+        qvector=vector(n + 1000),
+        answer_text=f"answer {n} — 答案",
+        key_facts={"numbers": [8000]},
+        model="m",
+        system_prompt_version="sp1",
+        policy_version="p1",
+        request_hash=f"h{n}",
+        state="ready",
+        created_at=NOW,
+        ready_at=NOW,
+        expires_at=NOW + 3600,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+async def put(store: RecordStore, n: int = 0, **changes: Any) -> Record:
+    record = make_record(n, **changes)
+    return dataclasses.replace(record, label=await store.insert(record))
+
+
+class RecordStoreContract:
+    """Subclass with a ``store`` fixture yielding a fresh store."""
+
+    async def test_insert_mints_increasing_labels_and_reads_back_every_field(self, store: RecordStore) -> None:
+        a = await put(store, 1, user="u1", state="pending")
+        b = await put(store, 2)
+        assert a.label is not None and b.label is not None and b.label > a.label
+        assert await store.get(a.cache_id) == a
+        assert sorted(await store.get_many([b.label, a.label, 987654]), key=lambda r: r.label or 0) == [a, b]
+        assert await store.get("sc-missing") is None
+        assert await store.get_many([]) == []
+
+    async def test_find_matches_every_set_field_newest_first(self, store: RecordStore) -> None:
+        a = await put(store, 1)
+        b = await put(store, 2, tenant="t2", session="s2", intent="travel", user="u2", namespace="ns")
+        c = await put(store, 3, model="m2", system_prompt_version="sp2", policy_version="p2", context_fingerprint="x")
+        d = await put(store, 4, state="invalid")
+        assert [r.cache_id for r in await store.find(Selector())] == [c.cache_id, b.cache_id, a.cache_id]
+        assert (await store.find(Selector(states=None)))[0].cache_id == d.cache_id
+        assert [r.cache_id for r in await store.find(Selector(), limit=2)] == [c.cache_id, b.cache_id]
+        cases: list[tuple[Selector, list[Record]]] = [
+            (Selector(tenant="t2"), [b]),
+            (Selector(tenant="t1", session="s1"), [c, a]),
+            (Selector(user="u2"), [b]),
+            (Selector(namespace="ns"), [b]),
+            (Selector(intent="travel"), [b]),
+            (Selector(model="m2"), [c]),
+            (Selector(system_prompt_version="sp2"), [c]),
+            (Selector(policy_version="p2"), [c]),
+            (Selector(other_policy_version="p2"), [b, a]),
+            (Selector(context_fingerprint="x"), [c]),
+            (Selector(request_hash="h2"), [b]),
+            (Selector(cache_ids=(a.cache_id, d.cache_id)), [a]),
+            (Selector(cache_ids=(a.cache_id, d.cache_id), states=None), [d, a]),
+            (Selector(cache_ids=()), []),
+            (Selector(labels=(b.label or 0,)), [b]),
+            (Selector(states=(RecordState.INVALID,)), [d]),
+            (Selector(tenant="t1", intent="travel"), []),
+        ]
+        for selector, want in cases:
+            assert await store.find(selector) == want, selector
+            assert sorted(await store.refs(selector)) == sorted(Ref(r.label or 0, r.cache_id) for r in want)
+            assert all(selector.matches(r) for r in want)
+
+    async def test_time_bounds_select_expired_old_and_due_records(self, store: RecordStore) -> None:
+        old = await put(store, 1, expires_at=NOW - 1, created_at=NOW - 100, ready_at=NOW - 50)
+        await put(store, 2, expires_at=NOW + 1, created_at=NOW, ready_at=NOW + 50)
+        assert await store.refs(Selector(expired_before=NOW)) == [Ref(old.label or 0, old.cache_id)]
+        assert await store.refs(Selector(created_before=NOW - 10)) == [Ref(old.label or 0, old.cache_id)]
+        assert await store.refs(Selector(ready_before=NOW)) == [Ref(old.label or 0, old.cache_id)]
+
+    async def test_set_state_is_conditional_on_the_states_it_starts_from(self, store: RecordStore) -> None:
+        r = await put(store, 1, state="pending")
+        pending = Selector(cache_ids=(r.cache_id,), states=(RecordState.PENDING,))
+        assert await store.set_state(pending, RecordState.REJECTED) == [Ref(r.label or 0, r.cache_id)]
+        assert await store.set_state(pending, RecordState.READY) == []  # rejected stays rejected
+        got = await store.get(r.cache_id)
+        assert got is not None and got.state == RecordState.REJECTED == "rejected"
+        # invalidation selects live records only by default: dead ones are not counted again
+        assert await store.set_state(Selector(tenant="t1"), RecordState.INVALID) == []
+
+    async def test_promotion_and_rejection_race_and_exactly_one_wins(self, store: RecordStore) -> None:
+        records = [await put(store, n, state="pending", ready_at=NOW - 1) for n in range(20)]
+        rejections = [
+            store.set_state(Selector(cache_ids=(r.cache_id,), states=(RecordState.PENDING,)), RecordState.REJECTED)
+            for r in records[::2]
+        ]
+        results = await asyncio.gather(store.promote_due(NOW), store.promote_due(NOW), *rejections)
+        promoted = results[0] + results[1]
+        rejected = [ref for refs in results[2:] for ref in refs]
+        assert len(promoted) + len(rejected) == 20
+        assert {ref.cache_id for ref in promoted}.isdisjoint(ref.cache_id for ref in rejected)
+        states = {r.cache_id: r.state for r in await store.find(Selector(states=None))}
+        assert sorted(states[ref.cache_id] for ref in promoted) == ["ready"] * len(promoted)
+        assert sorted(states[ref.cache_id] for ref in rejected) == ["rejected"] * len(rejected)
+        assert await store.promote_due(NOW) == []
+
+    async def test_promote_due_waits_for_the_feedback_window(self, store: RecordStore) -> None:
+        due = await put(store, 1, state="pending", ready_at=NOW - 1)
+        await put(store, 2, state="pending", ready_at=NOW + 60)
+        assert await store.promote_due(NOW) == [Ref(due.label or 0, due.cache_id)]
+        assert [r.state for r in await store.find(Selector(), limit=None)] == ["pending", "ready"]
+
+    async def test_delete_returns_what_it_removed(self, store: RecordStore) -> None:
+        a = await put(store, 1)
+        b = await put(store, 2, state="rejected")
+        removed = await store.delete(Selector(cache_ids=(a.cache_id, b.cache_id), states=None))
+        assert sorted(removed) == [Ref(a.label or 0, a.cache_id), Ref(b.label or 0, b.cache_id)]
+        assert await store.get(a.cache_id) is None and await store.get(b.cache_id) is None
+        assert await store.delete(Selector(cache_ids=(a.cache_id,), states=None)) == []
+        assert [r async for r in store.iter_live()] == []
+
+    async def test_many_ids_in_one_selector(self, store: RecordStore) -> None:
+        records = [await put(store, n) for n in range(1200)]
+        selector = Selector(labels=tuple(r.label or 0 for r in records[:1100]))
+        assert len(await store.set_state(selector, RecordState.INVALID)) == 1100
+        assert len(await store.delete(Selector(cache_ids=tuple(r.cache_id for r in records), states=None))) == 1200
+
+    async def test_hits_and_feedback_are_counted_and_clamped(self, store: RecordStore) -> None:
+        r = await put(store, 1)
+        await asyncio.gather(*(store.record_hit(r.cache_id, NOW + 10) for _ in range(5)))
+        assert await store.add_feedback(r.cache_id, -0.5) == pytest.approx(0.5)
+        await asyncio.gather(*(store.add_feedback(r.cache_id, 0.01) for _ in range(10)))
+        got = await store.get(r.cache_id)
+        assert got is not None and got.hit_count == 5 and got.last_hit_at == NOW + 10
+        assert got.feedback_score == pytest.approx(0.6)
+        assert await store.add_feedback(r.cache_id, 5.0) == pytest.approx(1.0)
+        assert await store.add_feedback(r.cache_id, -5.0) == pytest.approx(0.0)
+        assert await store.add_feedback("sc-missing", 0.1) is None
+        await store.record_hit("sc-missing", NOW)  # a record deleted meanwhile: nothing happens
+
+    async def test_session_last_is_kept_per_session_and_purged_when_idle(self, store: RecordStore) -> None:
+        assert await store.session_last("t1", "s1") is None
+        await store.set_session_last("t1", "s1", SessionLast("sc-1", False, "h1", NOW))
+        await store.set_session_last("t1", "s1", SessionLast("sc-2", True, "h2", NOW + 5))
+        await store.set_session_last("t2", "s1", SessionLast("", False, "h3", NOW - 100))
+        assert await store.session_last("t1", "s1") == SessionLast("sc-2", True, "h2", NOW + 5)
+        assert await store.purge_session_last(NOW) == 1
+        assert await store.session_last("t2", "s1") is None
+        assert await store.session_last("t1", "s1") is not None
+
+    async def test_iteration_reads_live_records_in_label_order(self, store: RecordStore) -> None:
+        a = await put(store, 1, state="pending", user="u")
+        await put(store, 2, state="invalid")
+        c = await put(store, 3)
+        assert [r async for r in store.iter_live()] == [a, c]
+        rows = [row async for row in store.iter_index_rows()]
+        assert [row.label for row in rows] == [a.label, c.label]
+        assert rows[0].vector == a.vector and rows[0].key.user == "u"
+        assert rows[0].key.answer_bytes == len(a.answer_text.encode())
+        key = rows[1].key
+        assert (key.tenant, key.session, key.scope, key.model, key.system_prompt_version, key.namespace) == (
+            "t1",
+            "s1",
+            "session",
+            "m",
+            "sp1",
+            "",
+        )
+        assert [row.vector async for row in store.iter_index_rows(vectors=False)] == [None, None]
+        assert await store.vectors_of([c.label or 0, a.label or 0]) == [(a.label, a.vector), (c.label, c.vector)]
+
+    async def test_usage_counts_and_bytes_describe_the_live_records(self, store: RecordStore) -> None:
+        a = await put(store, 1, created_at=NOW - 100)
+        await store.record_hit(a.cache_id, NOW)
+        b = await put(store, 2, intent="travel", scope="tenant")
+        await put(store, 3, state="rejected")
+        assert sorted(await store.usage()) == [
+            Usage(a.label or 0, a.cache_id, NOW, 1, len(a.answer_text.encode())),
+            Usage(b.label or 0, b.cache_id, NOW, 0, len(b.answer_text.encode())),
+        ]
+        assert sorted(await store.counts()) == [
+            Count("ready", "session", "general", 1),
+            Count("ready", "tenant", "travel", 1),
+            Count("rejected", "session", "general", 1),
+        ]
+        assert await store.answer_bytes() == len(a.answer_text.encode()) + len(b.answer_text.encode())
+
+    async def test_identity_and_embedding_stamp(self, store: RecordStore) -> None:
+        minted = await store.store_id()
+        assert minted and await store.store_id() == minted
+        await store.claim_embedding("model-a", DIM)
+        await store.claim_embedding("model-b", DIM)  # empty: re-stamped, nothing to compare
+        await put(store, 1)
+        await store.claim_embedding("model-b", DIM)
+        with pytest.raises(StoreMismatch):
+            await store.claim_embedding("model-a", DIM)
+
+    def test_live_states_are_the_default_selection(self) -> None:
+        assert Selector().states == LIVE_STATES
