@@ -55,7 +55,10 @@ class Settings:
     embed_max_wait_ms: float = 2.0
     ready_after: float = 60.0  # feedback window before a pending answer becomes reusable
     regenerate_window: float = 600.0  # the identical request re-sent within this is a regenerate
-    max_body_bytes: int = 10 * 1024 * 1024
+    max_body_bytes: int = 10 * 1024 * 1024  # chat requests, which are read whole
+    # other /v1 routes stream both ways, so this guards the upstream, not our memory; OpenAI's
+    # own file uploads go up to 512 MB
+    passthrough_max_body_bytes: int = 512 * 1024 * 1024
     upstream_timeout: float = 600.0
     upstream_connect_timeout: float = 10.0
     top_k: int = 8
@@ -72,6 +75,13 @@ class Settings:
     prewarm: bool = False
     prewarm_concurrency: int = 2  # prewarms in flight at once; more are dropped, never queued
     coalesce: bool = True  # concurrent identical requests share one upstream call (proxy/coalesce.py)
+    # the pair verifier, loaded at start when an intent of the policy sets verify_accept (proxy/verify);
+    # off: those intents serve no hits. Local files only, never a download.
+    verify: bool = True
+    verify_threads: int = 0  # 0: let ONNX Runtime decide
+    verify_max_batch: int = 16
+    verify_max_pending: int = 64  # verifications waiting; beyond it a lookup half-hits instead of queueing
+    verify_timeout_ms: float = 1000.0
 
     @property
     def policy_file(self) -> Path:
@@ -125,6 +135,7 @@ def _validate(s: Settings, source: str) -> None:
         ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
         ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
         ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
+        ("passthrough_max_body_bytes", s.passthrough_max_body_bytes >= 1024, ">= 1024"),
         ("top_k", 1 <= s.top_k <= 256, "between 1 and 256"),
         ("max_records", s.max_records >= 1, ">= 1"),
         ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),

@@ -30,7 +30,7 @@ from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, LruDict, request_hash
 from proxy.text.phrases import is_correction, is_reset_phrase
 from proxy.upstream import coalesce
-from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
+from proxy.upstream.client import Upstream, cached_tokens_of, chat_headers, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
 
@@ -406,7 +406,10 @@ class ChatService:
         if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
             out.response_id = answer.body["id"]
         response = web.Response(
-            body=answer.raw, status=answer.status, content_type="application/json", headers=self._headers(http, out)
+            body=answer.raw,
+            status=answer.status,
+            content_type="application/json",
+            headers={**answer.headers, **self._headers(http, out)},
         )
         text, finish = coalesce.plain_answer(answer.body)
         return Relayed(response, usage, text, finish, storable is not None)
@@ -424,6 +427,7 @@ class ChatService:
             response = web.StreamResponse(
                 status=resp.status_code,
                 headers={
+                    **chat_headers(resp.headers),
                     **self._headers(http, out),
                     "Content-Type": resp.headers.get("content-type", "text/event-stream"),
                     "Cache-Control": "no-cache",

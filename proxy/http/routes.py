@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -11,6 +12,10 @@ from proxy.http import keys
 from proxy.identity import identify
 from proxy.openai.request import parse_chat_request
 from proxy.upstream.client import forward_headers, response_headers
+
+# a streamed body keeps its declared length (else it goes chunked); a raw relay may carry any
+# encoding the client itself accepts
+PASSTHROUGH_KEEPS = frozenset({"content-length", "accept-encoding"})
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -25,6 +30,28 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def stream_body(request: web.Request, limit: int) -> AsyncIterator[bytes]:
+    """The request body as it arrives, refused with 413 past ``limit``: at once when the declared
+    length is over it, else when the bytes read so far are."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise BodyTooLarge(_too_large(f"request body of {declared} bytes", limit))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(_too_large("request body", limit))
+            yield chunk
+
+    return chunks()
+
+
+def _too_large(what: str, limit: int) -> str:
+    return f"{what} exceeds the passthrough limit of {limit} bytes (setting passthrough_max_body_bytes)"
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     app = request.app
     settings = app[keys.SETTINGS]
@@ -37,19 +64,26 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Every other /v1 route goes upstream untouched, streaming both ways."""
+    """Every other /v1 route goes upstream untouched, streaming both ways: the request body as
+    it arrives, the answer as raw bytes with its own content-encoding. Memory stays bounded by
+    the read buffers whatever the size (audio, files, batches)."""
     app = request.app
     upstream = app[keys.UPSTREAM]
-    body = await read_body(request, app[keys.SETTINGS].max_body_bytes) if request.can_read_body else None
+    limit = app[keys.SETTINGS].passthrough_max_body_bytes
+    body = stream_body(request, limit) if request.can_read_body else None
     path = request.match_info["tail"]
     async with upstream.open_stream(
-        request.method, path, headers=forward_headers(request.headers), content=body, params=list(request.query.items())
+        request.method,
+        path,
+        headers=forward_headers(request.headers, keep=PASSTHROUGH_KEEPS),
+        content=body,
+        params=list(request.query.items()),
     ) as resp:
-        response = web.StreamResponse(
-            status=resp.status_code, headers={**response_headers(resp.headers), "x-cache-status": "bypass"}
-        )
+        headers = response_headers(resp.headers)
+        headers["x-cache-status"] = "bypass"
+        response = web.StreamResponse(status=resp.status_code, headers=headers)
         await response.prepare(request)
-        async for chunk in upstream.iter_bytes(resp):
+        async for chunk in upstream.iter_raw(resp):
             await response.write(chunk)
         await response.write_eof()
         return response

@@ -12,35 +12,58 @@ from typing import Any
 
 import httpx
 import orjson
+from multidict import CIMultiDict
 
 from proxy.errors import UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 
-# hop-by-hop and our own headers never go upstream; the body length is recomputed
-_DROP = frozenset(
+# RFC 9110 7.6.1: headers of one connection, never relayed either way (nor those Connection names)
+HOP_BY_HOP = frozenset(
     {
-        "host",
-        "content-length",
         "connection",
         "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
+        "proxy-authenticate",
         "proxy-authorization",
         "proxy-connection",
-        "accept-encoding",
-        "cache-control",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
     }
 )
-_DROP_BACK = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"})
+# Upstream is asked for identity: the chat path reads the body (tee, write-back), and a body we
+# decode must not carry its old content-encoding on to the client.
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cache-control"}
+# A chat answer is framed by us: its type, length, encoding, caching and cache headers are ours.
+_NOT_ON_CHAT = HOP_BY_HOP | {"content-length", "content-encoding", "content-type", "cache-control", "age"}
+_OURS = ("x-cache-", "x-smartcache")
 
 
-def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP and not k.lower().startswith("x-smartcache")}
+def _named_by_connection(headers: Mapping[str, str]) -> set[str]:
+    named = (value for key, value in headers.items() if key.lower() == "connection")
+    return {token.strip().lower() for value in named for token in value.split(",")}
 
 
-def response_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP_BACK}
+def forward_headers(headers: Mapping[str, str], *, keep: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The client's headers as they go upstream. ``keep``: names otherwise dropped that this
+    route relays (a streamed body keeps its declared length, a raw relay the client's encodings)."""
+    drop = (_NOT_FORWARDED - keep) | _named_by_connection(headers)
+    return {k: v for k, v in headers.items() if k.lower() not in drop and not k.lower().startswith("x-smartcache")}
+
+
+def response_headers(headers: httpx.Headers) -> CIMultiDict[str]:
+    """An upstream answer's end-to-end headers, for a body relayed as it came (raw bytes: its
+    content-encoding stays with it; repeated headers such as set-cookie stay apart); the length
+    is recomputed."""
+    drop = HOP_BY_HOP | {"content-length"} | _named_by_connection(headers)
+    return CIMultiDict((k, v) for k, v in headers.multi_items() if k not in drop)
+
+
+def chat_headers(headers: httpx.Headers) -> dict[str, str]:
+    """An upstream chat answer's headers the client keeps (request id, rate limits, timing) on a
+    miss or half-hit, whatever our framing replaces."""
+    drop = _NOT_ON_CHAT | _named_by_connection(headers)
+    return {k: v for k, v in headers.items() if k not in drop and not k.startswith(_OURS)}
 
 
 @contextlib.contextmanager
@@ -73,6 +96,7 @@ class Upstream:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+            headers={"accept-encoding": "identity"},
         )
 
     async def close(self) -> None:
@@ -97,13 +121,21 @@ class Upstream:
             parsed = orjson.loads(resp.content)
         except orjson.JSONDecodeError as exc:
             raise UpstreamUnavailable("upstream answered with invalid JSON") from exc
-        return JsonAnswer(resp.status_code, parsed, resp.content, response_headers(resp.headers))
+        return JsonAnswer(resp.status_code, parsed, resp.content, chat_headers(resp.headers))
 
     @contextlib.asynccontextmanager
     async def open_stream(
-        self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None, params: Any = None
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | AsyncIterator[bytes] | None,
+        params: Any = None,
     ) -> AsyncIterator[httpx.Response]:
-        """A response whose body is still to be read; non-2xx chat answers raise UpstreamStatus."""
+        """A response whose body is still to be read. ``content`` may be an async iterator: the
+        request body then streams upstream as it is produced (chunked unless the headers declare
+        its length)."""
         request = self._client.build_request(
             method, self.url(path), headers=dict(headers), content=content, params=params
         )
@@ -115,6 +147,13 @@ class Upstream:
             await resp.aclose()
 
     async def iter_bytes(self, resp: httpx.Response) -> AsyncIterator[bytes]:
+        """The body decoded (an upstream may compress though asked for identity)."""
+        with translated_errors():
+            async for chunk in resp.aiter_bytes():
+                yield chunk
+
+    async def iter_raw(self, resp: httpx.Response) -> AsyncIterator[bytes]:
+        """The body as it came, to relay with its own content-encoding."""
         with translated_errors():
             async for chunk in resp.aiter_raw():
                 yield chunk
