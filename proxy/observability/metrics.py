@@ -24,7 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 Status = Literal["hit", "half_hit", "miss", "bypass"]
 Outcome = Literal["accepted", "corrected"]
 WriteOutcome = Literal["pending", "ready", "rejected"]
-Stage = Literal["parse", "sign", "embed", "index", "store", "decide", "serve", "upstream"]
+Stage = Literal["parse", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
 RecordState = Literal["pending", "ready", "rejected", "invalid"]
 RecordScope = Literal["session", "user", "tenant", "global"]
 
@@ -126,6 +126,12 @@ class Metrics:
         self._upstream_errors = Counter(
             "smartcache_upstream_errors", "Failed upstream calls, by kind.", ["kind"], registry=reg
         )
+        self._decisions = Counter(
+            "smartcache_decisions",
+            "Lookups by the decision stage that ended them and its reason.",
+            ["stage", "reason"],
+            registry=reg,
+        )
         self._start_at_zero()
 
     def _start_at_zero(self) -> None:
@@ -182,6 +188,10 @@ class Metrics:
 
     def upstream_error(self, kind: str) -> None:
         self._upstream_errors.labels(_label(kind, "kind")).inc()
+
+    def decided(self, stage: str, reason: str) -> None:
+        """Both come from the decision's own closed sets (its stages, the Reason enum)."""
+        self._decisions.labels(_label(stage, "stage"), _label(reason, "reason")).inc()
 
     def set_records(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Replace the record gauge with ``{(state, scope): count}``; pairs not given read 0."""

@@ -21,6 +21,7 @@ ISSUE_9_METRICS = {
     "smartcache_writes": "counter",
     "smartcache_evictions": "counter",
     "smartcache_upstream_errors": "counter",
+    "smartcache_decisions": "counter",
 }
 
 
