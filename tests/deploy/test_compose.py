@@ -283,8 +283,14 @@ def test_dockerfile_base_image_satisfies_requires_python() -> None:
 def test_dockerfile_installs_the_package_and_the_pins_of_install_sh() -> None:
     instructions = dockerfile()
     lines = pip_lines(instructions)
-    project = [line for line in lines if line.split()[-1] == "." and "-e" not in line.split()]
+    # the source tree itself, with or without extras (`.` or `".[engine]"`)
+    project = [
+        line
+        for line in lines
+        if re.fullmatch(r"\.(\[[\w,-]+\])?", line.split()[-1].strip("\"'")) and "-e" not in line.split()
+    ]
     assert project, "the image installs the project from its source tree, not an editable checkout"
+    assert "engine" in project[0], "the compose stack's llamacpp service runs the engine from this image"
     install_sh = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
     assert pins(install_sh) and pins("\n".join(lines)) == pins(install_sh)
 

@@ -6,7 +6,9 @@ the measured start-up time, prefill rate and cached-token counts (lines starting
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,12 +23,15 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.upstream.engine import (
+    ENGINE_INSTALL_HINT,
+    ENGINE_PACKAGE,
     MODEL_FILE,
     MODEL_INSTALL_HINT,
     EngineConfig,
     EngineError,
     LocalEngine,
     default_model_path,
+    main,
 )
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -297,6 +302,30 @@ def test_missing_model_package_names_the_install_command(monkeypatch: pytest.Mon
     monkeypatch.setattr("proxy.upstream.engine.importlib.util.find_spec", lambda name: None)
     with pytest.raises(EngineError, match=MODEL_INSTALL_HINT.replace(".", r"\.")):
         default_model_path()
+
+
+async def test_missing_engine_wheel_names_the_extra_before_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        "proxy.upstream.engine.importlib.util.find_spec", lambda name: None if name == ENGINE_PACKAGE else real(name)
+    )
+    engine = LocalEngine(parallel=1)
+    with pytest.raises(EngineError, match=re.escape(ENGINE_INSTALL_HINT)):
+        await engine.__aenter__()
+    assert engine.pid is None
+
+
+def test_engine_command_without_the_wheel_exits_with_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        "proxy.upstream.engine.importlib.util.find_spec", lambda name: None if name == ENGINE_PACKAGE else real(name)
+    )
+    assert main(["--model", str(model)]) == 2
+    assert ENGINE_INSTALL_HINT in capsys.readouterr().err
 
 
 def test_cli_rejects_a_missing_model_file() -> None:
