@@ -1,4 +1,4 @@
-"""Rules vs a small learned change classifier (issue 5): is it worth shipping?
+"""Rules vs a small learned change classifier: is it worth shipping?
 
 Features: the e5 embedding of the current turn, the embedding of the candidate context (its
 last user turn), their element-wise product, and the rule signals (negation / addition /

@@ -1,7 +1,7 @@
-"""What the cache and the engine's prefix cache each save on a multi-turn replay (issue 7).
+"""What the cache and the engine's prefix cache each save on a multi-turn replay.
 
 Replays MT-Bench conversations (../shared/data/mt_bench, read at run time) against the local
-llama.cpp engine (SmolLM2-135M, proxy/engine.py), once per mode, each mode on a fresh engine so
+llama.cpp engine (SmolLM2-135M, proxy/upstream/engine.py), once per mode, each mode on a fresh engine so
 no mode inherits another's KV cache:
 
 - ``direct``:       client -> engine;

@@ -1,4 +1,4 @@
-"""The command line: serve, models, check-policy (and, as they land, replay/calibrate/warm/demo)."""
+"""The command line: serve, demo, stats, models, check-policy, and the offline replay, calibrate and warm."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The second safety net (seed §3.2): does the current turn change what the candidate answered?
+"""The change-detection stage of the decision: does the current turn change what the candidate answered?
 
 A candidate in the half-hit zone is close to the request as a whole; what decides is whether
 the latest turn negates, adds, modifies or names constraints the candidate did not answer

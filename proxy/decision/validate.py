@@ -1,4 +1,4 @@
-"""The third safety net (seed §3.3): the key facts of a cached answer against the request.
+"""The answer-validation stage of the decision: the key facts of a cached answer against the request.
 
 Key facts are extracted once, when an answer is written, and stored as JSON on its record;
 constraints come from the request's active user text at serve time. Checks are hard rules:

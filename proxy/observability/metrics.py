@@ -1,7 +1,7 @@
 """Prometheus metrics, owned by one :class:`Metrics` object per app.
 
-Operators judge a semantic cache by whether it is right and whether it saves anything (seed
-§4.4), so next to the request counts this records how hits were judged afterwards (accepted or
+Operators judge a semantic cache by whether it is right and whether it saves anything, so next
+to the request counts this records how hits were judged afterwards (accepted or
 corrected) and the tokens hits saved, kept apart from the tokens the engine served from its own
 prefix cache. Hit rate, precision_hit and cache_pollution are derived in PromQL (see
 deploy/prometheus/rules.yml), never stored.

@@ -1,4 +1,4 @@
-"""The context signer: a layered fingerprint of the whole conversation (seed §2).
+"""The context signer: a layered fingerprint of the whole conversation.
 
 Coarse tags (intent, active entities, change flag, topic-switch flag) act as
 hard filters; the dense vector of a trimmed *encoding view* does near-matching inside them.

@@ -1,5 +1,5 @@
 """Offline replay: conversations turn by turn through the real signer, index, store, policy and
-decision, with upstream answers taken from the trace (seed §5.2: thresholds come from replay).
+decision, with upstream answers taken from the trace (the shipped thresholds are calibrated on it).
 
 Two modes share one loop:
 - *evaluate*: the policy as it is; hits are served and judged against the trace's answer keys.

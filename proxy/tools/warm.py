@@ -1,4 +1,4 @@
-"""Warm-up (seed §6.3): bulk-sign past conversations and write them as ready records.
+"""Warm-up: bulk-sign past conversations and write them as ready records.
 
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
 skipped. Conversations are signed concurrently, so the embedder micro-batches them."""

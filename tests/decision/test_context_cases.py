@@ -1,4 +1,4 @@
-"""Issue 4's cases, each its own row: the real signer (model, tagger, classifier, shipped policy)
+"""Multi-turn context cases, each its own row: the real signer (model, tagger, classifier, shipped policy)
 and the pure decision over records built from real signatures."""
 
 from __future__ import annotations

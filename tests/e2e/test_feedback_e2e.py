@@ -1,4 +1,4 @@
-"""The feedback loop through the proxy: corrections, regenerates and resets (seed §4.3, §6.3)."""
+"""The feedback loop through the proxy: corrections, regenerates and resets."""
 
 from __future__ import annotations
 
