@@ -1,4 +1,4 @@
-"""One chat-completion request through the cache (DESIGN.md "One request", steps 2-8).
+"""One chat-completion request through the cache (docs/architecture.md, "One request").
 
 Feedback first (reset, regenerate, correction: the user's own words beat any score), then
 sign, look up, decide; serve a hit as JSON or SSE, or forward upstream streaming through,

@@ -201,7 +201,7 @@ class ContextSigner:
     def _is_topic_switch(
         self, guess: IntentGuess, running: str | None, current: np.ndarray, recent: Sequence[np.ndarray]
     ) -> bool:
-        """Seed §5.3: a turn that leaves both the intent and the vector neighbourhood of the last
+        """A topic switch: a turn that leaves both the intent and the vector neighbourhood of the last
         turns starts a new conversation; its history must not pull it back to the old topic."""
         if not recent or running is None or guess.intent == running or guess.intent == GENERAL:
             return False
