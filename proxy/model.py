@@ -182,6 +182,7 @@ class Reason(StrEnum):
     # the session or the policy rules it out before any lookup
     SESSION_RESET = "session_reset"
     INTENT_DISABLED = "intent_disabled"
+    OVERLOADED = "overloaded"  # the embedder could not take the request in time: forwarded uncached
     REGENERATE = "regenerate"
     CORRECTION = "correction"
     TOPIC_SWITCH = "topic_switch"

@@ -41,6 +41,7 @@ PLAN_REASONS = {
     Reason.TOPIC_SWITCH,
     Reason.NO_CACHE,
     Reason.PENDING,
+    Reason.OVERLOADED,
     Reason.COALESCED,
 }
 QUESTION = "how do I reset my home router"
