@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from proxy.observability.log import configure_logging
-from proxy.settings import Settings, SettingsError, load_settings
+from proxy.settings import Settings, SettingsError, load_settings, unknown_environment
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -88,9 +91,18 @@ def _upstream_key() -> Any:
     return UPSTREAM_URL
 
 
+def warn_unknown_environment(environ: Mapping[str, str]) -> None:
+    """Settings ignore ``SMARTCACHE_*`` variables they do not know (other tools share the
+    prefix), so a misspelt one is said here, at start, with the setting it was probably meant as."""
+    log = structlog.get_logger("smartcache")
+    for variable, closest in unknown_environment(environ):
+        log.warning("settings.unknown_environment", variable=variable, did_you_mean=closest)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_level)
+    warn_unknown_environment(os.environ)
     asyncio.run(_serve(settings))
     return 0
 

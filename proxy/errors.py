@@ -16,6 +16,7 @@ One middleware turns any of these into ``{"error": {"message", "type", "param", 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -71,13 +72,42 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamStatus(UpstreamError):
-    """A non-2xx answer from upstream; its status and body reach the client unchanged."""
+    """A non-2xx answer from upstream; its status reaches the client unchanged, and its body too
+    when it is an OpenAI-style error (``client_body`` wraps anything else)."""
 
     def __init__(self, status: int, body: bytes, content_type: str | None) -> None:
         super().__init__(f"upstream answered {status}", code=str(status))
         self.status = status
         self.body = body
         self.content_type = content_type or "application/json"
+
+    def is_openai_error(self) -> bool:
+        try:
+            parsed = json.loads(self.body)
+        except ValueError:
+            return False
+        return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+
+    def client_body(self) -> dict[str, Any] | None:
+        """None: pass the upstream's own body. Otherwise the OpenAI-style error the client gets
+        instead: SDKs parse only that shape, and a plain-text 404 usually means the upstream URL
+        misses the API path."""
+        if self.is_openai_error():
+            return None
+        snippet = self.body[:200].decode("utf-8", "replace").strip()
+        hint = " (is the proxy's upstream URL the API base, usually ending in /v1?)" if self.status == 404 else ""
+        message = f"upstream answered {self.status} without an OpenAI-style error{hint}: {snippet!r}"
+        return error_body(message, _UPSTREAM_TYPES.get(self.status, "upstream_error"), code=f"upstream_{self.status}")
+
+
+# the OpenAI error type a client expects for an upstream status we have to describe ourselves
+_UPSTREAM_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
 
 
 def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:

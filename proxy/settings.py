@@ -5,8 +5,10 @@ source, the key and the fix, never mid-request."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -14,6 +16,7 @@ from typing import Any, get_args, get_type_hints
 import yaml
 
 FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
+PREFIX = "SMARTCACHE_"  # of the environment variables read as settings
 
 
 def _policies_dir() -> Path:
@@ -129,7 +132,8 @@ def _coerce(source: str, key: str, value: Any, hint: Any) -> Any:
         raise SettingsError(source, key, f"expected {getattr(kind, '__name__', kind)}, got {value!r}") from exc
 
 
-def _validate(s: Settings, source: str) -> None:
+def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
+    """``source_of(key)``: the layer the value of ``key`` came from, for the error."""
     checks = [
         ("upstream_flavour", s.upstream_flavour in FLAVOURS, f"one of {', '.join(FLAVOURS)}"),
         ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
@@ -145,9 +149,35 @@ def _validate(s: Settings, source: str) -> None:
     ]
     for key, ok, want in checks:
         if not ok:
-            raise SettingsError(source, key, f"must be {want}, got {getattr(s, key)!r}")
-    if s.upstream is not None and not s.upstream.startswith(("http://", "https://")):
-        raise SettingsError(source, "upstream", f"must be an http(s) URL ending in /v1, got {s.upstream!r}")
+            raise SettingsError(source_of(key), key, f"must be {want}, got {getattr(s, key)!r}")
+    if s.upstream is not None:
+        _validate_upstream(s.upstream, source_of("upstream"))
+
+
+def _validate_upstream(url: str, source: str) -> None:
+    """A base URL with no path is refused rather than completed: every OpenAI-compatible server
+    we know (vLLM, SGLang, llama.cpp, OpenAI) serves under /v1, but gateways put the API under
+    other paths (/api/v1, /openai/v1), so guessing could send traffic to the wrong place."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SettingsError(source, "upstream", f"must be an http(s) URL such as http://vllm:8000/v1, got {url!r}")
+    if parts.path in ("", "/"):
+        raise SettingsError(
+            source,
+            "upstream",
+            f"{url!r} has no API path, so every request would miss the API; OpenAI-compatible "
+            f"servers serve under /v1: use {url.rstrip('/')}/v1",
+        )
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """``SMARTCACHE_*`` variables that name no setting, each with the closest known variable
+    (None when nothing is close). They are ignored at load, so a typo would pass unnoticed."""
+    known = [f.name.upper() for f in dataclasses.fields(Settings)]
+    unknown = [name for name in sorted(environ) if name.startswith(PREFIX) and name[len(PREFIX) :] not in known]
+    # compared without the shared prefix, which would make every name look close
+    closest = {name: difflib.get_close_matches(name[len(PREFIX) :], known, n=1, cutoff=0.6) for name in unknown}
+    return [(name, f"{PREFIX}{closest[name][0]}" if closest[name] else None) for name in unknown]
 
 
 def load_settings(
@@ -171,16 +201,17 @@ def load_settings(
             raise SettingsError(str(config_file), "-", "must be a mapping of setting: value")
         layers.append((str(config_file), data))
     env = os.environ if environ is None else environ
-    prefix = "SMARTCACHE_"
-    layers.append(("environment", {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}))
+    layers.append(("environment", {k[len(PREFIX) :].lower(): v for k, v in env.items() if k.startswith(PREFIX)}))
     layers.append((source, {k: v for k, v in (overrides or {}).items() if v is not None}))
+    sources: dict[str, str] = {}
     for layer_source, layer in layers:
         for key, value in layer.items():
             if key not in names:
                 if layer_source == "environment":
-                    continue  # other tools share the prefix namespace; only files and flags are strict
+                    continue  # other tools share the prefix (the CLI warns, unknown_environment)
                 raise SettingsError(layer_source, key, f"unknown setting; known: {', '.join(sorted(names))}")
             values[key] = _coerce(layer_source, key, value, hints[key])
+            sources[key] = layer_source
     settings = Settings(**values)
-    _validate(settings, source)
+    _validate(settings, lambda key: sources.get(key, source))
     return settings
