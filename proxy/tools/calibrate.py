@@ -1,25 +1,30 @@
-"""Threshold calibration from shadow-replay rows: per intent, the lowest accept threshold whose
-false-hit rate stays under a target, with an upper confidence bound, and a policy file that
-records the data behind each number (seed §5.2: never by taste)."""
+"""Calibration from shadow-replay rows: per intent, the lowest accept threshold (a cosine) and,
+for intents that verify, the lowest verifier probability whose false-hit rate stays under a
+target with an upper confidence bound; and a policy file, under a version of its own, that
+records the data behind each number (never by taste)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from proxy.decision.decide import RESTATEMENT
+from proxy.model import Reason
 from proxy.tools.replay import Row
 
 Z95 = 1.6449  # one-sided 95 %
 MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself is not trusted
 CANDIDATE_BAND = 0.05
+# Verifier probabilities are calibrated: below one half the verifier says "another request".
+VERIFY_FLOOR = 0.5
+_CALIBRATED = "+cal."  # joins a template's version to the digest of what a calibration chose
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ def upper_bound(false: int, n: int) -> float:
     if n == 0:
         return 1.0
     if false == 0:
-        return 1.0 - 0.05 ** (1.0 / n)
+        return 1.0 - float(0.05 ** (1.0 / n))
     p = false / n
     centre = p + Z95 * Z95 / (2 * n)
     spread = Z95 * math.sqrt(p * (1 - p) / n + Z95 * Z95 / (4 * n * n))
@@ -51,22 +56,33 @@ def upper_bound(false: int, n: int) -> float:
 def _scored(r: Row) -> bool:
     """A candidate that passed the nets and was judged by its score. Restatements are served by
     rule, not by score, so they take no part in choosing thresholds."""
-    return r.nets_ok and r.score is not None and r.reason != RESTATEMENT
+    return r.nets_ok and r.score is not None and r.reason != Reason.RESTATEMENT
 
 
 def _is_false(r: Row) -> bool:
     return r.expect_no_hit or not r.candidate_key_ok
 
 
-def _threshold(scored: Sequence[Row], target: float, floor: float) -> tuple[float, str]:
-    """Lowest threshold whose bound meets the target; else just above the worst false candidate."""
-    ordered = sorted(scored, key=lambda r: -(r.score or 0.0))
+def _score(r: Row) -> float:
+    return r.score or 0.0
+
+
+def _probability(r: Row) -> float:
+    return r.verified or 0.0
+
+
+def _threshold(
+    scored: Sequence[Row], target: float, floor: float, key: Callable[[Row], float] = _score
+) -> tuple[float, str]:
+    """Lowest threshold on ``key`` whose bound meets the target; else just above the worst false
+    candidate."""
+    ordered = sorted(scored, key=lambda r: -key(r))
     best, false = None, 0
     for n, r in enumerate(ordered, start=1):
         false += _is_false(r)
         if upper_bound(false, n) <= target:
-            best = r.score
-    worst_false = max((r.score or 0.0 for r in scored if _is_false(r)), default=floor - MARGIN)
+            best = key(r)
+    worst_false = max((key(r) for r in scored if _is_false(r)), default=floor - MARGIN)
     safe = min(0.999, max(floor, worst_false + MARGIN))
     if best is not None and best >= safe:
         return round(best, 4), "meets target"
@@ -110,6 +126,54 @@ def calibrate(
 
 
 @dataclass(frozen=True, slots=True)
+class VerifyCalibration:
+    intent: str
+    verify_accept: float
+    samples: int  # requests whose best candidate passed the nets and was verified
+    hits: int  # of those, at or above verify_accept
+    false_hits: int
+    fhr_upper: float  # one-sided 95 % upper bound of the false-hit rate at verify_accept
+    note: str
+
+
+def _verified(r: Row) -> bool:
+    """A candidate that passed the nets and went through the verifier (shadow replay verifies
+    every intent that sets verify_accept; exact repeats skip it)."""
+    return r.nets_ok and r.verified is not None
+
+
+def calibrate_verifier(
+    rows: Sequence[Row], *, target: float = 1e-3, floor: float = VERIFY_FLOOR, min_samples: int = 30
+) -> dict[str, VerifyCalibration]:
+    """Per intent that was verified, the lowest verifier probability whose false-hit rate meets the
+    target with 95 % confidence; intents with fewer than ``min_samples`` take no lower than the
+    level fitted on all of them together."""
+    judged = [r for r in rows if _verified(r)]
+    if not judged:
+        return {}
+    pooled, _ = _threshold(judged, target, floor, _probability)
+    by_intent: dict[str, list[Row]] = defaultdict(list)
+    for r in judged:
+        by_intent[r.intent].append(r)
+    out = {}
+    for intent, irows in sorted(by_intent.items()):
+        level, note = _threshold(irows, target, floor, _probability)
+        if len(irows) < min_samples:
+            level, note = max(level, pooled), f"only {len(irows)} samples: no lower than the pooled level"
+        hits = [r for r in irows if _probability(r) >= level]
+        false = sum(_is_false(r) for r in hits)
+        out[intent] = VerifyCalibration(intent, level, len(irows), len(hits), false,
+                                        round(upper_bound(false, len(hits)), 5), note)  # fmt: skip
+    return out
+
+
+def describe_verified(verified: Mapping[str, VerifyCalibration]) -> list[str]:
+    """One line per verified intent, for the calibrate command."""
+    return [f"verify_accept {v.intent}: {v.verify_accept} ({v.samples} verified, {v.hits} hits, {v.false_hits} false, "
+            f"FHR upper bound {v.fhr_upper:.4f}; {v.note})" for v in verified.values()]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class HeldOut:
     """Hits the calibrated thresholds would serve on conversations calibration did not see."""
 
@@ -144,18 +208,35 @@ def held_out(
         train = [r for r in rows if fold_of(r.conversation, folds) != k]
         test = [r for r in rows if fold_of(r.conversation, folds) == k]
         chosen = calibrate(train, target=target, floor=floor, min_samples=min_samples)
+        verified = calibrate_verifier(train, target=target, min_samples=min_samples)
         unseen = max((c.accept for c in chosen.values()), default=0.999)  # an intent absent from training
         reusable += sum(r.session_reusable and not r.expect_no_hit for r in test)
         for r in test:
-            if not r.nets_ok or r.score is None:
-                continue
-            cal = chosen.get(r.intent)
-            if r.reason == RESTATEMENT or r.score >= (cal.accept if cal else unseen):
+            if _served(r, chosen.get(r.intent), verified.get(r.intent), unseen):
                 bad = _is_false(r)
                 hits, false = hits + 1, false + bad
                 per[r.intent][0] += 1
                 per[r.intent][1] += bad
     return HeldOut(folds, hits, false, reusable, {k: (v[0], v[1]) for k, v in sorted(per.items())})
+
+
+def _served(r: Row, cal: Calibration | None, verified: VerifyCalibration | None, unseen: float) -> bool:
+    """Would the fitted levels serve this shadow row? A verified intent is judged by the verifier's
+    probability instead of the accept zone, restatements included; its exact repeats skip it."""
+    if not r.nets_ok or r.score is None:
+        return False
+    if verified is not None and r.verified is not None:
+        return r.verified >= verified.verify_accept
+    return r.reason == Reason.RESTATEMENT or r.score >= (cal.accept if cal else unseen)
+
+
+def calibrated_version(template: str, chosen: Mapping[str, Any]) -> str:
+    """A version of its own for every calibration that chose other numbers: records are stamped
+    with the policy version, so thresholds from another calibration never serve them. Recalibrating
+    a calibrated file replaces its digest instead of stacking another."""
+    stem = template.split(_CALIBRATED, 1)[0]
+    digest = hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{stem}{_CALIBRATED}{digest}"
 
 
 def write_policy(
@@ -166,37 +247,58 @@ def write_policy(
     traces: Sequence[str],
     target: float,
     embedding_model: str | None = None,
-) -> None:
-    """The input policy with calibrated thresholds, each intent commented with its data, stamped
-    with the embedding model whose scores they were measured on."""
+    verified: Mapping[str, VerifyCalibration] | None = None,
+) -> str:
+    """The input policy with calibrated thresholds (and verifier levels, for the intents that
+    verify), each intent commented with its data, stamped with the embedding model whose scores
+    they were measured on, under a new version. Returns that version."""
     data: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
-    if embedding_model is not None:
-        data = {
-            "version": data.get("version"),
-            "embedding_model": embedding_model,
-            **{k: v for k, v in data.items() if k not in ("version", "embedding_model")},
-        }
+    intents: dict[str, Any] = {}
+    comments: dict[str, list[str]] = {}
+    for name, body in (data.get("intents") or {}).items():
+        cached = (body or {}).get("cache", data["defaults"].get("cache", True)) is not False
+        intents[name], comments[name] = _calibrated_intent(
+            name, dict(body or {}), results.get(name) if cached else None,
+            (verified or {}).get(name) if cached else None, cached=cached,
+        )  # fmt: skip
+    model = embedding_model or data.get("embedding_model")
+    rest = {k: v for k, v in data.items() if k not in ("version", "embedding_model", "intents")}
+    content = {**({"embedding_model": model} if model else {}), **rest, "intents": intents}
+    version = calibrated_version(str(data.get("version", "")), content)
     header = [
         f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
         *[f"#   {t}" for t in traces],
         "# Per intent: samples = requests whose best candidate passed the nets.",
         "",
     ]
+    top = {"version": version, **{k: v for k, v in content.items() if k != "intents"}}
     blocks = []
-    for name, body in data.get("intents", {}).items():
-        cal = results.get(name)
-        lines = []
-        if cal is not None and body.get("cache", data["defaults"].get("cache", True)) is not False:
-            body["accept"], body["candidate"] = cal.accept, cal.candidate
-            lines.append(
-                f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "
-                f"{cal.false_hits} false, FHR upper bound {cal.fhr_upper:.4f}, recall {cal.recall:.3f}"
-            )
-            lines.append(f"  # {cal.note}")
-        elif body.get("cache") is not False:
-            lines.append(f"  # {name}: no data in these traces; thresholds left as they were")
+    for name, body in intents.items():
         dumped = yaml.safe_dump({name: body}, allow_unicode=True, sort_keys=False, width=110)
-        blocks.append("\n".join(lines + ["  " + ln if ln else ln for ln in dumped.splitlines()]))
-    rest = {k: v for k, v in data.items() if k != "intents"}
-    text = "\n".join(header) + yaml.safe_dump(rest, allow_unicode=True, sort_keys=False, width=110)
+        blocks.append("\n".join(comments[name] + ["  " + ln if ln else ln for ln in dumped.splitlines()]))
+    text = "\n".join(header) + yaml.safe_dump(top, allow_unicode=True, sort_keys=False, width=110)
     out.write_text(text + "intents:\n" + "\n\n".join(blocks) + "\n", encoding="utf-8")
+    return version
+
+
+def _calibrated_intent(
+    name: str, body: dict[str, Any], cal: Calibration | None, verified: VerifyCalibration | None, *, cached: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """An intent's body with what calibration chose, and the comment lines that say on what data."""
+    lines = []
+    if cal is not None:
+        body["accept"], body["candidate"] = cal.accept, cal.candidate
+        lines.append(
+            f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "
+            f"{cal.false_hits} false, FHR upper bound {cal.fhr_upper:.4f}, recall {cal.recall:.3f}"
+        )
+        lines.append(f"  # {cal.note}")
+    elif cached:
+        lines.append(f"  # {name}: no data in these traces; thresholds left as they were")
+    if verified is not None:
+        body["verify_accept"] = verified.verify_accept
+        lines.append(
+            f"  # {name}: {verified.samples} verified; at verify_accept {verified.verify_accept}: {verified.hits} "
+            f"hits, {verified.false_hits} false, FHR upper bound {verified.fhr_upper:.4f}; {verified.note}"
+        )
+    return body, lines

@@ -45,6 +45,7 @@ class Row:
     session_reusable: bool
     tenant_reusable: bool
     saved_tokens: int
+    verified: float | None = None  # the pair verifier's probability for that candidate, when it was asked
 
     @property
     def hit(self) -> bool:
@@ -56,11 +57,13 @@ class Row:
 
 
 def shadow_policy(policy: Policy) -> Policy:
-    """Every cacheable intent accepts from 0: the nets still run, the threshold is what we sweep."""
+    """Every cacheable intent accepts from 0: the nets still run, the threshold is what we sweep. An
+    intent that verifies has every candidate verified, so its verify_accept can be swept too."""
     intents = {
-        n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True) if p.cache else p
+        n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True,
+                               verify_accept=None if p.verify_accept is None else 0.0) if p.cache else p
         for n, p in policy.intents.items()
-    }
+    }  # fmt: skip
     return dataclasses.replace(policy, intents=intents)
 
 
@@ -108,6 +111,7 @@ async def replay_conversations(
                     turn.key in seen_session[(conv.tenant, conv.session)],
                     turn.key in seen_tenant[conv.tenant],
                     (record.prompt_tokens + record.completion_tokens) if serve and record else 0,
+                    decision.verified if decision else None,
                 )
             )
             if serve and record is not None:

@@ -1,0 +1,116 @@
+"""Calibration of verify_accept from shadow rows, held-out serving by the verifier, and the
+version a calibrated policy gets (a new one, so records of another calibration are not served)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.policy import load_policy
+from proxy.settings import DEFAULT_POLICY
+from proxy.tools.calibrate import (
+    calibrate,
+    calibrate_verifier,
+    calibrated_version,
+    describe_verified,
+    held_out,
+    write_policy,
+)
+from proxy.tools.replay import Row, shadow_policy
+
+
+def row(intent: str, p: float | None, ok: bool, *, score: float = 0.9, conversation: str = "c",
+        nets: bool = True) -> Row:  # fmt: skip
+    return Row(conversation, "cat", 0, intent, "shadow_hit", "verified", score, ok, nets, False, ok, ok, 0, p)
+
+
+def travel_rows() -> list[Row]:
+    """40 verified travel candidates: the false ones score up to 0.7, the right ones 0.8 and up."""
+    right = [row("travel", 0.8 + i / 200, True) for i in range(36)]
+    return right + [row("travel", p, False) for p in (0.3, 0.5, 0.6, 0.7)]
+
+
+def test_verify_accept_sits_above_the_worst_false_candidate_when_data_cannot_show_the_target() -> None:
+    [(intent, fitted)] = calibrate_verifier(travel_rows(), target=1e-3).items()
+    assert intent == "travel" and fitted.verify_accept == pytest.approx(0.705)
+    assert (fitted.samples, fitted.hits, fitted.false_hits) == (40, 36, 0)
+    assert fitted.fhr_upper == pytest.approx(1 - 0.05 ** (1 / 36), abs=1e-4)
+    assert "too little data" in fitted.note
+
+
+def test_with_enough_data_the_lowest_level_meeting_the_target_is_chosen() -> None:
+    rows = [row("travel", 0.6 + i / 20000, True) for i in range(3000)] + [row("travel", 0.4, False)]
+    fitted = calibrate_verifier(rows, target=1e-3)["travel"]
+    assert fitted.note == "meets target" and 0.6 <= fitted.verify_accept < 0.62
+    assert fitted.fhr_upper <= 1e-3
+
+
+def test_an_intent_with_few_samples_takes_no_lower_than_the_pooled_level() -> None:
+    rows = travel_rows() + [row("chitchat", 0.55, True)] * 5
+    fitted = calibrate_verifier(rows, target=1e-3)
+    assert fitted["chitchat"].verify_accept == pytest.approx(0.705)  # its own data alone would give 0.5
+    assert "only 5 samples" in fitted["chitchat"].note
+    assert fitted["chitchat"].hits == 0
+
+
+def test_only_verified_rows_that_passed_the_nets_count() -> None:
+    rows = [row("travel", None, True), row("travel", 0.99, False, nets=False)]
+    assert calibrate_verifier(rows) == {}
+    assert describe_verified({}) == []
+
+
+def test_held_out_serves_verified_intents_by_probability() -> None:
+    # low cosines that the accept threshold would never serve: only the verifier can
+    rows = [dataclasses.replace(r, score=0.5, conversation=f"c{i}") for i, r in enumerate(travel_rows() * 2)]
+    result = held_out(rows, folds=2, min_samples=5)
+    assert result.hits > 0 and result.false_hits == 0
+    without = held_out([dataclasses.replace(r, verified=None) for r in rows], folds=2, min_samples=5)
+    assert without.hits == 0
+
+
+def test_calibrate_writes_a_new_policy_version(tmp_path: Path) -> None:
+    template = load_policy(DEFAULT_POLICY).version
+    out = tmp_path / "calibrated.yaml"
+    rows = [row("travel", None, True, score=0.97)] * 40
+    version = write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=1e-3)
+    written = load_policy(out)
+    assert written.version == version != template
+    assert version.startswith(template)
+    # the same calibration again: the same version; recalibrating its output replaces the digest
+    again = write_policy(DEFAULT_POLICY, tmp_path / "again.yaml", calibrate(rows, min_samples=5), traces=["t"],
+                         target=1e-3)  # fmt: skip
+    assert again == version
+    other = [*rows, row("travel", None, False, score=0.95)]  # a false candidate raises travel's accept
+    recalibrated = write_policy(out, tmp_path / "re.yaml", calibrate(other, min_samples=5), traces=["t"], target=1e-3)
+    assert recalibrated != version and recalibrated.count("+cal.") == 1 and recalibrated.startswith(template)
+
+
+def test_calibrated_verify_accept_is_written_and_loads(tmp_path: Path) -> None:
+    out = tmp_path / "verified.yaml"
+    rows = travel_rows()
+    write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=1e-3,
+                 verified=calibrate_verifier(rows))  # fmt: skip
+    policy = load_policy(out)
+    assert policy.intents["travel"].verify_accept == pytest.approx(0.705)
+    assert policy.intents["chitchat"].verify_accept is None
+    text = out.read_text(encoding="utf-8")
+    assert "# travel: 40 verified; at verify_accept 0.705" in text
+    assert yaml.safe_load(text)["version"] == policy.version
+
+
+def test_calibrated_version_is_a_digest_of_the_content() -> None:
+    a = calibrated_version("2026-11", {"intents": {"travel": {"accept": 0.9}}})
+    assert a == calibrated_version("2026-11", {"intents": {"travel": {"accept": 0.9}}})
+    assert a != calibrated_version("2026-11", {"intents": {"travel": {"accept": 0.91}}})
+    assert calibrated_version(a, {"x": 1}).startswith("2026-11+cal.") and calibrated_version(a, {"x": 1}) != a
+
+
+def test_shadow_replay_verifies_every_candidate_of_intents_that_verify() -> None:
+    policy = load_policy(DEFAULT_POLICY)
+    travel = dataclasses.replace(policy.intents["travel"], verify_accept=0.9)
+    shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
+    assert shadow.intents["travel"].verify_accept == 0.0
+    assert shadow.intents["chitchat"].verify_accept is None
