@@ -36,7 +36,7 @@ import numpy as np
 
 from proxy.cache import SemanticCache
 from proxy.decision.validate import extract_key_facts
-from proxy.http.chat import HitJudge
+from proxy.feedback import HitJudge
 from proxy.lifecycle import Capacity, Lifecycle
 from proxy.model import Record
 from proxy.observability.metrics import Metrics

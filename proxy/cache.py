@@ -306,14 +306,21 @@ class SemanticCache:
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
 
 
+PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
+
+
 def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:
-    """Global only for intents marked safe, answers written without personal context, and a
-    system-prompt version computed from the prompt itself: a version the caller asserted (the
-    x-smartcache-system-version header) could name another tenant's prompt and poison its pool."""
-    if policy.scope != "global":
-        return policy.scope
+    """The widest pool the answer may be served in. ``widen_to`` when the answer cannot depend on
+    the user's own content: nobody is named, no user turn is pasted text, and the system-prompt
+    version was computed from the prompt itself (one the caller asserted with the
+    x-smartcache-system-version header could name another tenant's prompt and poison its pool).
+    Otherwise ``scope``. Global also needs the intent marked safe, and never holds personal
+    answers: those stop at the tenant."""
     asserted = sig.system_prompt_version != system_prompt_version(request.system_text)
-    return "tenant" if sig.tags.entities.people or asserted or not policy.global_safe else "global"
+    pasted = any(len(m.text) > PASTED_CHARS for m in request.messages if m.role == "user")
+    personal = bool(sig.tags.entities.people) or asserted or pasted
+    scope = policy.scope if personal else policy.widen_to
+    return "tenant" if scope == "global" and (personal or not policy.global_safe) else scope
 
 
 def _with_label(record: Record, label: int) -> Record:

@@ -70,10 +70,23 @@ def clean_header_id(value: str | None, name: str) -> str | None:
     return value
 
 
+def opening(text: str) -> str:
+    """A conversation's first user turn as the derived session reads it: width, case, spacing and
+    trailing punctuation folded, so "What is X?" and "what is x" open one conversation thread."""
+    folded = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return folded.rstrip("?!.。？！ ")
+
+
 def derived_session(tenant: str, request: ChatRequest) -> str:
+    """Without a session header, a conversation is known by what stays fixed as it grows: the
+    tenant, the end user's id (body `user`, which keeps two people who open with the same words
+    apart), the model, the system prompt and the opening user turn. Two conversations that open
+    alike therefore share a session; that is safe because a repeat within it counts as a
+    regenerate only for a short while (proxy/feedback.py) and their answers are keyed by the
+    whole conversation anyway. Reuse across conversations that open differently comes from the
+    policy's scopes, never from the session id."""
     first_user = next((m.text for m in request.messages if m.role == "user"), "")
-    # the end user's id (body `user`) keeps two people who open with the same words apart
-    material = "\x1f".join((tenant, request.user or "", request.model, request.system_text, first_user))
+    material = "\x1f".join((tenant, request.user or "", request.model, request.system_text, opening(first_user)))
     return "d-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 

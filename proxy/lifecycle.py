@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import structlog
 
 from proxy.cache import SemanticCache
-from proxy.http.chat import HitJudge
+from proxy.feedback import HitJudge
 from proxy.model import RecordState
 from proxy.observability.metrics import Metrics
 from proxy.storage.base import Selector, Usage

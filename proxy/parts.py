@@ -15,13 +15,14 @@ from proxy.cache import SemanticCache
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.embedding.packs import load_embedder
-from proxy.http.chat import ChatService, HitJudge, PolicyBox
+from proxy.feedback import HitJudge
+from proxy.http.chat import ChatService, PolicyBox
 from proxy.observability.metrics import Metrics
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
-from proxy.storage.base import RecordStore
+from proxy.storage.base import RecordStore, Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from proxy.upstream.client import Upstream
@@ -104,6 +105,10 @@ async def open_parts(
         classifier = await IntentClassifier.build(policy, embedder)
         cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
         stamp = f"{s.embedding_model} dim={backend.dim} store={await store.store_id()}"
+        # a policy version that changed while the proxy was down invalidates as a reload would
+        stale = await cache.retire(Selector(other_policy_version=policy.version))
+        if stale:
+            log.info("cache.policy_version_invalidated", records=len(stale), version=policy.version)
         loaded = await cache.load(
             snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
         )

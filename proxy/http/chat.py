@@ -20,6 +20,7 @@ from aiohttp import web
 
 from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.feedback import PENDING, UNSTORED, FeedbackReader, HitJudge, Signal, pending_best
 from proxy.identity import Identity
 from proxy.model import Decision, Record, Signature, Status
 from proxy.observability.metrics import Metrics
@@ -27,8 +28,7 @@ from proxy.openai.request import ChatRequest, completion_chunks, completion_json
 from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.policy import IntentPolicy, Policy
 from proxy.signing.intent import IntentClassifier
-from proxy.signing.signer import ContextSigner, LruDict, request_hash
-from proxy.text.phrases import is_correction, is_reset_phrase
+from proxy.signing.signer import ContextSigner, LruDict
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, chat_headers, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
@@ -67,32 +67,6 @@ class Plan:
     signature: Signature | None = None
     policy: IntentPolicy | None = None
     decision: Decision | None = None
-
-
-@dataclass
-class HitJudge:
-    """A served hit is *accepted* when the session goes on without a correction or regenerate
-    inside the feedback window, *corrected* otherwise (precision_hit and pollution)."""
-
-    window: float
-    open: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
-
-    def served(self, who: Identity, cache_id: str, now: float) -> bool:
-        """Open a judgement; True when it displaced an earlier hit of the session, which the
-        session went on from without correcting: that one counts as accepted."""
-        displaced = (who.tenant, who.session) in self.open
-        self.open[(who.tenant, who.session)] = (cache_id, now)
-        return displaced
-
-    def corrected(self, who: Identity) -> str | None:
-        entry = self.open.pop((who.tenant, who.session), None)
-        return entry[0] if entry else None
-
-    def expire(self, now: float) -> int:
-        done = [k for k, (_, t) in self.open.items() if now - t >= self.window]
-        for k in done:
-            del self.open[k]
-        return len(done)
 
 
 @dataclass
@@ -139,6 +113,9 @@ class ChatService:
         self.upstream, self.flavour, self.slot_count = upstream, cast(Flavour, flavour), slot_count
         self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, debug_headers, clock
         self.regenerate_window = regenerate_window
+        self.feedback = FeedbackReader(
+            cache=cache, judge=judge, metrics=metrics, regenerate_window=regenerate_window, clock=clock
+        )
         self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, prewarm_all
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
 
@@ -165,9 +142,9 @@ class ChatService:
         stages = {} if stages is None else stages
         if req.bypass_reason:
             return Plan(Status.BYPASS, req.bypass_reason)
-        feedback = await self._feedback(req, who)
-        if feedback == "reset":
-            return Plan(Status.BYPASS, "session_reset")
+        feedback = await self.feedback.read(req, who)
+        if feedback is Signal.RESET:
+            return Plan(Status.BYPASS, feedback.value)
         t = time.perf_counter()
         sig = await self.signer.sign(req, system_version=system_version, stages=stages)
         # stages are disjoint: sign is normalising and tagging, embed the model calls within it
@@ -175,16 +152,21 @@ class ChatService:
         policy = self.policy_box.policy.for_intent(sig.tags.intent)
         if not policy.cache:
             return Plan(Status.BYPASS, f"intent_disabled:{policy.name}", sig)
-        skip = (
-            feedback
-            or ("topic_switch" if sig.tags.context_switch else None)
-            or ("no_cache" if req.controls.no_cache else None)
+        if feedback is not None:
+            # the user asked for an answer of their own: never served, never stored
+            return Plan(Status.MISS, feedback.value, sig, None if feedback.value in UNSTORED else policy)
+        skip = ("topic_switch" if sig.tags.context_switch else None) or (
+            "no_cache" if req.controls.no_cache else None
         )
         if skip:
             return Plan(Status.MISS, skip, sig, policy)
         t = time.perf_counter()
         decision = await self.cache.lookup(sig, req, who, policy, stages)
         stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0)
+        if decision.status is Status.MISS and await pending_best(
+            self.cache, sig, req, who, policy, better_than=decision.score
+        ):
+            return Plan(Status.MISS, PENDING, sig, policy, decision)
         return Plan(decision.status, decision.reason, sig, policy, decision)
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
@@ -200,30 +182,6 @@ class ChatService:
             assert plan.signature is not None and plan.policy is not None
             return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
         return await self._forward(http, req, who, out, plan)
-
-    async def _feedback(self, req: ChatRequest, who: Identity) -> str | None:
-        """The session's own signals about its last answer. Returns why this request skips lookup."""
-        text = req.last_user_text
-        if is_reset_phrase(text):
-            await self.cache.invalidate_session(who.tenant, who.session)
-            self.judge.corrected(who)
-            return "reset"
-        last = await self.cache.store.session_last(who.tenant, who.session)
-        if last is None:
-            return None
-        if last.request_hash == request_hash(req) and self.clock() - last.at <= self.regenerate_window:
-            reason = "regenerate"
-        elif is_correction(text):
-            reason = "correction"
-        else:
-            return None
-        if last.cache_id:
-            penalised = await self.cache.penalise(last.cache_id)
-            if penalised is not None and penalised.state == "pending":
-                self.metrics.write("rejected")
-        if self.judge.corrected(who) is not None:
-            self.metrics.hit_judged("corrected")
-        return reason
 
     async def _serve(
         self,
@@ -285,6 +243,8 @@ class ChatService:
 
     def _headers(self, http: web.Request, out: Outcome) -> dict[str, str]:
         headers = {"x-cache-status": out.status.value}
+        if out.status is not Status.HIT and (public := _public_reason(out.reason)):
+            headers["x-cache-reason"] = public
         if out.status is Status.HIT and out.score is not None:
             headers["x-cache-similarity"] = f"{out.score:.4f}"
         if self.debug_headers and http.headers.get("x-smartcache-debug") == "1":
@@ -472,8 +432,10 @@ class ChatService:
         usage: dict[str, Any],
     ) -> None:
         if store is None or answer is None or req.controls.no_store:
-            if store is not None:
-                await self.cache.note_unstored(who, store[0])
+            # still the session's last answer, so a regenerate or correction of it is known
+            sig = store[0] if store is not None else out.signature if out.reason in UNSTORED else None
+            if sig is not None:
+                await self.cache.note_unstored(who, sig)
             return
         sig, policy = store
         t = time.perf_counter()
@@ -517,6 +479,17 @@ class ChatService:
             tenant=who.tenant[:12],
             stages_ms={k: round(v * 1000, 2) for k, v in out.stages.items()},
         )
+
+
+# Reasons a client can act on, said in x-cache-reason on every response; the finer decision
+# reasons stay behind the debug headers.
+_PUBLIC_REASONS = frozenset({PENDING, "regenerate", "correction", "session_reset", "no_cache", "no_store",
+                             "topic_switch", "intent_disabled"})
+
+
+def _public_reason(reason: str) -> str | None:
+    head = reason.split(":", 1)[0]
+    return head if head in _PUBLIC_REASONS else None
 
 
 async def _end_with_error(response: web.StreamResponse, exc: UpstreamError) -> None:

@@ -6,7 +6,8 @@ from aiohttp import web
 
 from proxy.cache import SemanticCache
 from proxy.embedding.batching import BatchingEmbedder
-from proxy.http.chat import ChatService, HitJudge, PolicyBox
+from proxy.feedback import HitJudge
+from proxy.http.chat import ChatService, PolicyBox
 from proxy.observability.metrics import Metrics
 from proxy.settings import Settings
 from proxy.signing.signer import ContextSigner

@@ -1,0 +1,145 @@
+"""What the user's own behaviour says about an answer: a reset, a regenerate, a correction, and
+how a served hit is judged afterwards.
+
+A regenerate is the same conversation (byte for byte, as its request hash) re-sent by the same
+session soon after its answer. With an explicit session header that is evidence enough within
+``regenerate_window``. Without one, the session is derived from the conversation's opening (see
+proxy/identity.py), so two conversations that open with the same question share it; there only
+time tells a "try again" from a new conversation asking the same thing: a repeat counts as a
+regenerate within ``DERIVED_REGENERATE_SECONDS`` (or ``regenerate_window`` if shorter), and later
+it is a new question, looked up and possibly served like any other.
+
+The answer to a regenerate or to a correction is never stored: the user asked for an answer of
+their own, and it is the one most likely to carry what they said was wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from proxy.cache import SemanticCache, visible
+from proxy.identity import Identity
+from proxy.model import Signature
+from proxy.observability.metrics import Metrics
+from proxy.openai.request import ChatRequest
+from proxy.policy import IntentPolicy
+from proxy.signing.signer import request_hash
+from proxy.text.phrases import is_correction, is_reset_phrase
+
+# A client with no session header re-sending the same conversation within this is retrying it;
+# a minute is well past a "regenerate" click and well short of someone asking the question anew.
+DERIVED_REGENERATE_SECONDS = 60.0
+
+
+class Signal(enum.StrEnum):
+    RESET = "session_reset"
+    REGENERATE = "regenerate"
+    CORRECTION = "correction"
+
+
+# reasons whose upstream answer is never written back
+UNSTORED: frozenset[str] = frozenset({Signal.REGENERATE.value, Signal.CORRECTION.value})
+# a miss whose best candidate is an answer still inside its feedback window
+PENDING = "pending"
+
+
+def regenerate_window(who: Identity, configured: float) -> float:
+    """Seconds within which the identical conversation re-sent counts as a regenerate."""
+    return configured if who.session_explicit else min(configured, DERIVED_REGENERATE_SECONDS)
+
+
+@dataclass
+class HitJudge:
+    """A served hit is *accepted* when the session goes on without a correction or regenerate
+    inside the feedback window, *corrected* otherwise (precision_hit and pollution)."""
+
+    window: float
+    open: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+
+    def served(self, who: Identity, cache_id: str, now: float) -> bool:
+        """Open a judgement; True when it displaced an earlier hit of the session, which the
+        session went on from without correcting: that one counts as accepted."""
+        displaced = (who.tenant, who.session) in self.open
+        self.open[(who.tenant, who.session)] = (cache_id, now)
+        return displaced
+
+    def corrected(self, who: Identity) -> str | None:
+        entry = self.open.pop((who.tenant, who.session), None)
+        return entry[0] if entry else None
+
+    def expire(self, now: float) -> int:
+        done = [k for k, (_, t) in self.open.items() if now - t >= self.window]
+        for k in done:
+            del self.open[k]
+        return len(done)
+
+
+class FeedbackReader:
+    """Reads a request for the session's signals about its last answer and applies them: a reset
+    invalidates the session, a regenerate or correction penalises the last answer (a pending one
+    is rejected) and marks a served hit corrected."""
+
+    def __init__(self, *, cache: SemanticCache, judge: HitJudge, metrics: Metrics, regenerate_window: float,
+                 clock: Callable[[], float]) -> None:
+        self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
+        self.regenerate_window = regenerate_window
+
+    async def read(self, req: ChatRequest, who: Identity) -> Signal | None:
+        text = req.last_user_text
+        if is_reset_phrase(text):
+            await self.cache.invalidate_session(who.tenant, who.session)
+            self.judge.corrected(who)
+            return Signal.RESET
+        last = await self.cache.store.session_last(who.tenant, who.session)
+        if last is None:
+            return None
+        window = regenerate_window(who, self.regenerate_window)
+        if last.request_hash == request_hash(req) and self.clock() - last.at <= window:
+            signal = Signal.REGENERATE
+        elif is_correction(text):
+            signal = Signal.CORRECTION
+        else:
+            return None
+        if last.cache_id:
+            penalised = await self.cache.penalise(last.cache_id)
+            if penalised is not None and penalised.state == "pending":
+                self.metrics.write("rejected")
+        if self.judge.corrected(who) is not None:
+            self.metrics.hit_judged("corrected")
+        return signal
+
+
+async def pending_best(
+    cache: SemanticCache, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy,
+    *, better_than: float | None,
+) -> bool:
+    """Would a pending answer (one still inside the feedback window) have been served? True when
+    a visible pending record of the same intent scores at least ``accept`` and above the best
+    ready candidate, so the miss can say why: the user's second try within the window is not
+    a broken cache. Only asked on a miss, so a hit never pays for it."""
+    namespace = request.controls.namespace or ""
+
+    def admit(label: int) -> bool:
+        key = cache.pools.keys.get(label)
+        return (
+            key is not None
+            and key.intent == sig.tags.intent
+            and key.model == request.model
+            and key.namespace == namespace
+            and key.system_prompt_version == sig.system_prompt_version
+            and visible(key, who, policy.widen_to)
+        )
+
+    found = dict(sorted(await cache.nearest(sig.vector, who, policy.widen_to, admit), key=lambda kv: kv[1]))
+    top = sorted(found.items(), key=lambda kv: -kv[1])[: cache.top_k]
+    now = cache.clock()
+    floor = max(policy.accept, -1.0 if better_than is None else better_than)
+    for record in await cache.store.get_many([label for label, _ in top]):
+        if record.state != "pending" or record.expires_at <= now or record.label is None:
+            continue
+        score = min(found[record.label], float(record.qvector_array() @ sig.question_vector))
+        if score >= floor:
+            return True
+    return False
