@@ -179,6 +179,7 @@ class Reason(StrEnum):
     NON_TEXT_CONTENT = "non_text_content"
     TOOLS = "tools"
     NO_USER_TURN = "no_user_turn"
+    TOO_LONG = "too_long"  # more text than the cache reads (MAX_CACHEABLE_CHARS): forwarded uncached
     # the session or the policy rules it out before any lookup
     SESSION_RESET = "session_reset"
     INTENT_DISABLED = "intent_disabled"

@@ -16,9 +16,14 @@ from typing import Any
 import orjson
 
 from proxy.errors import InvalidRequest
+from proxy.model import Reason
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
+# Reading a conversation (normalising, segmenting, tagging) costs time in its length; past this
+# many characters the request is forwarded uncached rather than read, so one huge body cannot
+# hold the proxy for seconds (and a repeat of such a request is rare).
+MAX_CACHEABLE_CHARS = 32_768
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +50,7 @@ class ChatRequest:
     include_usage: bool
     forward_body: Mapping[str, Any]  # what goes upstream (``cache`` removed)
     controls: CacheControls = field(default_factory=CacheControls)
-    bypass_reason: str | None = None
+    bypass_reason: Reason | None = None
     user: str | None = None
 
     @property
@@ -114,7 +119,7 @@ def _parse_message(i: int, m: Any) -> Message:
     if not isinstance(m, dict):
         raise InvalidRequest(f"{param} must be an object", param=param)
     role = m.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidRequest(f"{param}.role must be one of {sorted(ROLES)}", param=f"{param}.role")
     content = m.get("content")
     tool_related = role in ("tool", "function") or bool(m.get("tool_calls") or m.get("function_call"))
@@ -154,20 +159,22 @@ def _optional_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def _bypass_reason(body: Mapping[str, Any], messages: Sequence[Message]) -> str | None:
+def _bypass_reason(body: Mapping[str, Any], messages: Sequence[Message]) -> Reason | None:
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise InvalidRequest("'n' must be a positive integer", param="n")
     if n is not None and n > 1:
-        return "n>1"
+        return Reason.N_ABOVE_ONE
     if body.get("logprobs") or body.get("top_logprobs"):
-        return "logprobs"
+        return Reason.LOGPROBS
     if any(m.non_text for m in messages):
-        return "non_text_content"
+        return Reason.NON_TEXT_CONTENT
     if body.get("tools") or body.get("functions") or any(m.tool_related for m in messages):
-        return "tools"
+        return Reason.TOOLS
     if not any(m.role == "user" for m in messages):
-        return "no_user_turn"
+        return Reason.NO_USER_TURN
+    if sum(len(m.text) for m in messages) > MAX_CACHEABLE_CHARS:
+        return Reason.TOO_LONG
     return None
 
 

@@ -46,7 +46,7 @@ class IntentClassifier:
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
         names = [n for n, p in policy.intents.items() for _ in p.exemplars]
         texts = [e for p in policy.intents.values() for e in p.exemplars]
-        matrix = await embedder.embed(texts) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
+        matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
         return cls(policy, names, matrix)
 
     def classify(self, text: str, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:

@@ -34,6 +34,7 @@ PLAN_REASONS = {
     Reason.NON_TEXT_CONTENT,
     Reason.TOOLS,
     Reason.NO_USER_TURN,
+    Reason.TOO_LONG,
     Reason.SESSION_RESET,
     Reason.INTENT_DISABLED,
     Reason.REGENERATE,

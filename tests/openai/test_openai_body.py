@@ -5,6 +5,7 @@ import pytest
 
 from proxy.errors import InvalidRequest
 from proxy.openai.request import (
+    MAX_CACHEABLE_CHARS,
     completion_chunks,
     parse_cache_control,
     parse_chat_request,
@@ -74,3 +75,10 @@ def test_chunks_form_a_valid_stream() -> None:
     assert text == "hello world " * 5
     assert decoded[-2]["choices"][0]["finish_reason"] == "stop"
     assert decoded[-1]["choices"] == [] and decoded[-1]["usage"]["total_tokens"] == 0
+
+
+def test_a_conversation_longer_than_the_cache_reads_is_forwarded_uncached() -> None:
+    at_limit = {"model": "m", "messages": [{"role": "user", "content": "x" * MAX_CACHEABLE_CHARS}]}
+    over = {"model": "m", "messages": [{"role": "system", "content": "s" * 10}, at_limit["messages"][0]]}
+    assert parse_chat_request(orjson.dumps(at_limit)).bypass_reason is None
+    assert parse_chat_request(orjson.dumps(over)).bypass_reason == "too_long"
