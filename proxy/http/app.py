@@ -3,8 +3,11 @@ one cleanup context, so start-up and shutdown are written once, side by side."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import structlog
@@ -18,13 +21,53 @@ from proxy.http.routes import add_routes
 from proxy.lifecycle import Capacity, Lifecycle, running
 from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
-from proxy.settings import Settings
+from proxy.settings import Settings, SettingsError
 from proxy.upstream.engine import LocalEngine
 
 log = structlog.get_logger("smartcache")
 UPSTREAM_URL = web.AppKey("upstream_url", str)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 BACKEND = web.AppKey("backend", SyncEmbedder)
+
+
+LOCK_FILE = "smartcache.lock"
+
+
+class DataDirInUse(SettingsError):
+    """Another process serves from this data dir (SQLite, the index snapshot, the salt)."""
+
+
+@contextlib.contextmanager
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the data dir while a proxy runs from it. Two proxies on one
+    directory would each keep their own in-memory index, so each misses what the other writes,
+    and the last one to stop overwrites the other's index snapshot. The kernel drops the lock
+    when the process ends, however it ends; the file stays (removing it would race a starter)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            raise DataDirInUse(
+                str(data_dir),
+                "data_dir",
+                f"in use by another SmartCache process (pid {holder}); two proxies on one data dir "
+                "would each miss what the other writes. Give each proxy its own --data-dir, and to "
+                "share one cache between them use the Redis store (store: redis, redis_url: ...)",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield
+    finally:
+        os.close(fd)
+
+
+async def _lock_ctx(app: web.Application) -> AsyncIterator[None]:
+    with data_dir_lock(app[keys.SETTINGS].data_dir):
+        yield
 
 
 def tenant_salt(data_dir: Path) -> str:
@@ -89,6 +132,7 @@ def create_app(settings: Settings, *, backend: SyncEmbedder | None = None) -> we
     app[keys.METRICS] = Metrics()
     if backend is not None:
         app[BACKEND] = backend
+    app.cleanup_ctx.append(_lock_ctx)  # first: nothing else starts on a data dir in use
     app.cleanup_ctx.append(_engine_ctx)
     app.cleanup_ctx.append(_parts_ctx)
     add_routes(app)

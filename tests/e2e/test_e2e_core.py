@@ -157,7 +157,8 @@ async def test_upstream_timeout_is_504_and_refused_is_502(make_proxy: ProxyFacto
         await chat(proxy.client(), ask("Tell me a joke."))
     assert info.value.status_code == 504
     assert info.value.body["type"] == "timeout"
-    refused = await make_proxy(upstream="http://127.0.0.1:9/v1")
+    # a data dir of its own: the first proxy still holds its lock
+    refused = await make_proxy(upstream="http://127.0.0.1:9/v1", data_dir=proxy.settings.data_dir.parent / "refused")
     with pytest.raises(openai.APIStatusError) as info:
         await chat(refused.client(), ask("Tell me a joke."))
     assert info.value.status_code == 502
