@@ -1,4 +1,4 @@
-"""The async front of the pair verifier, micro-batched like the embedder (proxy.embedding.batching).
+"""The async front of the pair verifier, micro-batched like the embedder (proxy.microbatch).
 
 ``Verifier.score`` blocks (model inference), so it runs on one worker thread, never on the event
 loop. Pairs of requests that arrive while the worker is busy, or within ``max_wait_s`` of each
@@ -10,13 +10,10 @@ without end and never an unverified hit).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.microbatch import MicroBatcher, Overloaded
 from proxy.model import Candidate, Record, Signature
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
@@ -26,8 +23,8 @@ __all__ = ["BatchingVerifier", "VerifierBusy", "record_side", "request_side"]
 Pair = tuple[PairSide, PairSide]
 
 
-class VerifierBusy(Exception):
-    """The verifier cannot answer in time: its queue is full or the answer came too late."""
+# The verifier cannot answer in time: its queue is full or the answer would come too late.
+VerifierBusy = Overloaded
 
 
 def request_side(sig: Signature) -> PairSide:
@@ -45,12 +42,6 @@ def record_side(record: Record) -> PairSide:
     )
 
 
-@dataclass
-class _Job:
-    pairs: Sequence[Pair]
-    future: asyncio.Future[list[float]] = field(repr=False)
-
-
 class BatchingVerifier:
     def __init__(
         self,
@@ -62,40 +53,32 @@ class BatchingVerifier:
         timeout_s: float | None = 1.0,
     ) -> None:
         self.verifier = verifier
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
-        self.timeout_s = timeout_s
-        self.model_calls = 0
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue(maxsize=max_pending)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
-        self._worker: asyncio.Task[None] | None = None
+        self._batcher: MicroBatcher[Pair, float] = MicroBatcher(
+            self._score,
+            name="verifier",
+            max_batch=max_batch,
+            max_wait_s=max_wait_s,
+            max_pending=max_pending,
+            timeout_s=timeout_s,
+        )
+
+    @property
+    def model_calls(self) -> int:
+        return self._batcher.model_calls
+
+    @property
+    def overloaded(self) -> int:
+        return self._batcher.overloaded
 
     def start(self) -> None:
-        if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(self._run(), name="verifier")
+        self._batcher.start()
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
-        self._executor.shutdown(wait=True)
+        await self._batcher.close()
 
     async def score(self, pairs: Sequence[Pair]) -> list[float]:
         """One probability per pair, in order; :class:`VerifierBusy` rather than a long wait."""
-        if not pairs:
-            return []
-        self.start()
-        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
-        try:
-            self._queue.put_nowait(_Job(list(pairs), future))
-        except asyncio.QueueFull:
-            raise VerifierBusy(f"{self._queue.maxsize} verifications already waiting") from None
-        try:
-            return await asyncio.wait_for(future, self.timeout_s)
-        except TimeoutError:
-            raise VerifierBusy(f"no verdict within {self.timeout_s} s") from None
+        return list(await self._batcher.submit(pairs)) if pairs else []
 
     async def verdicts(self, candidates: Sequence[Candidate], sig: Signature) -> dict[str, float]:
         """cache_id -> probability that the candidate's answer answers this request."""
@@ -105,42 +88,5 @@ class BatchingVerifier:
         scores = await self.score([(side, record_side(c.record)) for c in candidates])
         return {c.record.cache_id: p for c, p in zip(candidates, scores, strict=True)}
 
-    async def _collect(self) -> list[_Job]:
-        jobs = [await self._queue.get()]
-        size = len(jobs[0].pairs)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wait_s
-        while size < self.max_batch:
-            remaining = deadline - loop.time()
-            try:
-                job = (
-                    self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self._queue.get(), remaining)
-                )
-            except (asyncio.QueueEmpty, TimeoutError):
-                break
-            jobs.append(job)
-            size += len(job.pairs)
-        return jobs
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            # a caller that gave up (timed out, cancelled) needs no verdict: skip its pairs
-            jobs = [job for job in await self._collect() if not job.future.done()]
-            if not jobs:
-                continue
-            pairs = [p for job in jobs for p in job.pairs]
-            try:
-                scores = await loop.run_in_executor(self._executor, self.verifier.score, pairs)
-                self.model_calls += 1
-            except Exception as exc:
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
-                continue
-            start = 0
-            for job in jobs:
-                end = start + len(job.pairs)
-                if not job.future.done():
-                    job.future.set_result([float(p) for p in scores[start:end]])
-                start = end
+    def _score(self, pairs: list[Pair]) -> list[float]:
+        return [float(p) for p in self.verifier.score(pairs)]

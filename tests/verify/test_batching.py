@@ -109,7 +109,7 @@ async def test_a_late_answer_is_refused_and_its_pairs_skipped() -> None:
     fake = FakeVerifier(gate=gate)
     front = BatchingVerifier(fake, max_batch=1, max_wait_s=0.0, timeout_s=0.05)
     try:
-        with pytest.raises(VerifierBusy, match="no verdict within"):
+        with pytest.raises(VerifierBusy, match="no answer within"):
             await front.score([pair("a", "a")])
         gate.set()
         assert await front.score([pair("b", "c")]) == [0.1]
