@@ -188,25 +188,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from proxy.tools.calibrate import calibrate, held_out, write_policy
+    from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_verified, held_out, write_policy
     from proxy.tools.report import print_calibration, print_held_out
 
     configure_logging("warning")
     settings = _replay_settings(args)
     rows = _replay_rows(args, shadow=True, settings=settings)
     results = calibrate(rows, target=args.target_false_hit)
+    verified = calibrate_verifier(rows, target=args.target_false_hit)
     print_calibration(results)
+    print(*describe_verified(verified), sep="\n")
     print_held_out(held_out(rows, target=args.target_false_hit))
     if args.out:
-        write_policy(
+        version = write_policy(
             settings.policy_file,
             args.out,
             results,
             traces=[str(p) for p in args.traces],
             target=args.target_false_hit,
             embedding_model=settings.embedding_model,
+            verified=verified,
         )
-        print(f"wrote {args.out}")
+        print(f"wrote {args.out} (version {version})")
     return 0
 
 
