@@ -1,36 +1,97 @@
-"""structlog set-up: JSON lines, one canonical line per request, secrets redacted."""
+"""structlog set-up: JSON lines, one canonical line per request, secrets redacted.
+
+Library loggers (httpx, httpcore, aiohttp) go through the same processors, so the log stays one
+JSON stream, and only from WARNING: httpx logs every request URL at INFO, query string included,
+and a query string may carry a key (``?api-key=``, Azure's and some gateways' style).
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
-from typing import Any
+import re
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
-SECRET_KEYS = frozenset({"authorization", "api_key", "admin_token", "password", "token"})
+# field names compared lower-case with "-" as "_"
+SECRET_KEYS = frozenset(
+    {
+        "authorization",
+        "proxy_authorization",
+        "api_key",
+        "apikey",
+        "x_api_key",
+        "admin_token",
+        "access_token",
+        "password",
+        "secret",
+        "token",
+        "cookie",
+        "set_cookie",
+    }
+)
+LIBRARY_LOGGERS = ("httpx", "httpcore", "aiohttp", "aiohttp.access", "asyncio")
+REDACTED = "[redacted]"
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:api[-_]?key|key|token|access[-_]?token|refresh[-_]?token|auth|secret|password|sig|signature)=)"
+    r"[^&#\s'\"]+"
+)
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
+_HANDLER_NAME = "smartcache-json"
+
+
+def scrub(text: str) -> str:
+    """Credentials inside free text: query-string keys and Authorization schemes."""
+    return _CREDENTIAL.sub(rf"\1\2{REDACTED}", _QUERY_SECRET.sub(rf"\1{REDACTED}", text))
+
+
+def _redacted(key: str, value: Any, depth: int) -> Any:
+    if key.lower().replace("-", "_") in SECRET_KEYS:
+        return REDACTED
+    if isinstance(value, str):
+        return scrub(value)
+    if depth > 0 and isinstance(value, Mapping):
+        return {k: _redacted(str(k), v, depth - 1) for k, v in value.items()}
+    if depth > 0 and isinstance(value, list | tuple):
+        return [_redacted("", v, depth - 1) for v in value]
+    return value
 
 
 def redact_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key in list(event):
-        if key.lower() in SECRET_KEYS:
-            event[key] = "[redacted]"
+        if not key.startswith("_"):  # structlog's own bookkeeping (_record, _from_structlog)
+            event[key] = _redacted(key, event[key], depth=2)
     return event
 
 
-def configure_logging(level: str = "info") -> None:
-    """The one global call of the program, made by the CLI (never at import)."""
+def configure_logging(level: str = "info", *, stream: TextIO | None = None) -> None:
+    """The one global call of the program, made by the CLI (never at import). ``stream``:
+    where the JSON lines go, stdout by default."""
     numeric = logging.getLevelName(level.upper())
-    logging.basicConfig(level=numeric, format="%(message)s")
+    out = stream if stream is not None else sys.stdout
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    render: list[Any] = [redact_secrets, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    handler = logging.StreamHandler(out)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if h.get_name() != _HANDLER_NAME] + [handler]
+    root.setLevel(numeric)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            redact_secrets,
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[structlog.contextvars.merge_contextvars, *shared, *render],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )

@@ -1,0 +1,89 @@
+"""The JSON log: library loggers (httpx, aiohttp.access) come through the same JSON pipeline and
+only from WARNING, and credentials are redacted wherever they appear: in fields, in messages, in
+URLs' query strings, in headers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from proxy.observability.log import LIBRARY_LOGGERS, configure_logging, redact_secrets
+
+SECRET = "s3cr3t-value-42"
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """configure_logging is the program's one global call: undo it after each test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lib_level in levels.items():
+        logging.getLogger(name).setLevel(lib_level)
+    structlog.reset_defaults()
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_library_lines_are_json_from_warning_and_redacted(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging("info")
+    httpx_log = logging.getLogger("httpx")
+    httpx_log.info('HTTP Request: GET http://up:8000/v1/models?api-key=%s "HTTP/1.1 200 OK"', SECRET)
+    logging.getLogger("aiohttp.access").info("127.0.0.1 GET /v1/models?key=%s 200", SECRET)
+    httpx_log.warning("retrying http://up:8000/v1/files?token=%s&limit=5", SECRET)
+    structlog.get_logger("smartcache").info("cache.ready", upstream=f"http://up:8000/v1?api_key={SECRET}")
+    captured = capsys.readouterr()
+    everything = captured.out + captured.err
+    assert SECRET not in everything
+    lines = _json_lines(captured.out)  # one stream, every line JSON
+    assert [(line["event"][:8], line["level"]) for line in lines] == [("retrying", "warning"), ("cache.re", "info")]
+    assert lines[0]["logger"] == "httpx"
+    assert lines[0]["event"] == "retrying http://up:8000/v1/files?token=[redacted]&limit=5"
+    assert lines[1]["upstream"] == "http://up:8000/v1?api_key=[redacted]"
+
+
+def test_debug_level_does_not_open_the_library_loggers(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging("debug")
+    logging.getLogger("httpx").info("HTTP Request: GET http://up/v1/models")
+    logging.getLogger("httpcore.connection").debug("connect_tcp.started host='up'")
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("authorization", f"Bearer {SECRET}", "[redacted]"),
+        ("api_key", SECRET, "[redacted]"),
+        ("x-api-key", SECRET, "[redacted]"),
+        ("admin_token", SECRET, "[redacted]"),
+        ("url", f"http://h/v1/models?api-key={SECRET}", "http://h/v1/models?api-key=[redacted]"),
+        ("url", f"http://h/v1/models?a=1&key={SECRET}#x", "http://h/v1/models?a=1&key=[redacted]#x"),
+        ("url", f"http://h/v1?access_token={SECRET}", "http://h/v1?access_token=[redacted]"),
+        ("url", "http://h/v1/models?monkey=banana", "http://h/v1/models?monkey=banana"),
+        ("event", f"sent Authorization: Bearer {SECRET} upstream", "sent Authorization: Bearer [redacted] upstream"),
+        ("event", f"header authorization='Basic {SECRET}'", "header authorization='Basic [redacted]'"),
+        (
+            "headers",
+            {"Authorization": f"Bearer {SECRET}", "accept": "x"},
+            {"Authorization": "[redacted]", "accept": "x"},
+        ),
+        ("reason", "miss", "miss"),
+        ("score", 0.93, 0.93),
+    ],
+)
+def test_redaction(field: str, value: Any, expected: Any) -> None:
+    assert redact_secrets(None, "info", {field: value})[field] == expected
