@@ -184,6 +184,7 @@ class Reason(StrEnum):
     SESSION_RESET = "session_reset"
     INTENT_DISABLED = "intent_disabled"
     OVERLOADED = "overloaded"  # the embedder could not take the request in time: forwarded uncached
+    STORE_UNAVAILABLE = "store_unavailable"  # a shared record store that is down: forwarded uncached
     REGENERATE = "regenerate"
     CORRECTION = "correction"
     TOPIC_SWITCH = "topic_switch"

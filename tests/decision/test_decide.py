@@ -43,6 +43,7 @@ PLAN_REASONS = {
     Reason.NO_CACHE,
     Reason.PENDING,
     Reason.OVERLOADED,
+    Reason.STORE_UNAVAILABLE,
     Reason.COALESCED,
 }
 QUESTION = "how do I reset my home router"
