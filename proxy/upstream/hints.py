@@ -8,10 +8,13 @@ conversation to the worker, or slot, that still holds its KV blocks:
             --session-key x-session-id`); `cache_salt` per tenant, so one tenant's prefix blocks
             are never reused (or timed) by another. The salt is stable per tenant, never per
             request: a per-request salt would disable prefix caching altogether.
-- sglang:   body `rid` = `<key>_t<turn>` and header `x-smg-routing-key` = `<key>`. SGLang's model
-            gateway (SMG, the former sglang router) strips a trailing `_t<digits>` turn suffix
-            and `_r<digits>` retry suffix from `rid` to get the sticky routing key, so every
-            turn pins to the same worker while each request keeps a distinct engine request id.
+- sglang:   body `rid` = `<key>_t<turn>_r<n>` and header `x-smg-routing-key` = `<key>`. SGLang's
+            model gateway (SMG, the former sglang router) strips a trailing `_r<digits>` retry
+            suffix and `_t<digits>` turn suffix from `rid` to get the sticky routing key, so every
+            turn pins to the same worker. `rid` must still be unique per request (SGLang tracks
+            requests by it): two requests of one turn (a regenerate, a client retry, a prewarm
+            beside the real call) differ in `n`, a number drawn per request unless the caller
+            gives one. That draw is the one input here that is not the conversation's.
 - llamacpp: `cache_prompt: true`; with `slot_count`, a stable `id_slot` per session. Do not
             pass `slot_count` for the embedded engine (proxy/engine.py): its own slot choice plus
             the RAM prompt cache keep more prefixes than pinned slots do (see the engine notes).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -137,19 +141,22 @@ def apply_hints(
     tenant_id: str,
     turn_index: int,
     slot_count: int | None = None,
-    retry: int = 0,
+    retry: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """New (body, headers) carrying the flavour's prefix-cache hints; the inputs are untouched.
 
     The body copy is shallow: `messages` and every other value are the caller's own objects,
-    unchanged, so the forwarded prompt stays byte-identical. `retry` > 0 marks a resend of
-    the same turn (SGLang needs distinct request ids for requests in flight together).
+    unchanged, so the forwarded prompt stays byte-identical. `retry`: the number that tells
+    this request from others of the same turn (SGLang's `_r<n>`; 0: none); None draws one, so
+    request ids never repeat.
     """
     hint = _HINTS.get(flavour)
     if hint is None:
         raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
     if not session_id:
         raise ValueError("session_id must not be empty")
+    if retry is None:
+        retry = 1 + secrets.randbelow(10**12)
     if turn_index < 0 or retry < 0:
         raise ValueError(f"turn_index and retry must be >= 0, got {turn_index} and {retry}")
     if slot_count is not None and slot_count < 1:

@@ -47,7 +47,7 @@ def hint(
 # flavour, kwargs, body fields added, headers added
 CASES: list[tuple[Flavour, dict[str, Any], dict[str, Any], dict[str, str]]] = [
     ("vllm", {}, {"cache_salt": tenant_cache_salt(TENANT)}, {VLLM_SESSION_HEADER: SESSION}),
-    ("sglang", {}, {"rid": f"{SESSION}_t2"}, {SGLANG_ROUTING_HEADER: SESSION}),
+    ("sglang", {"retry": 0}, {"rid": f"{SESSION}_t2"}, {SGLANG_ROUTING_HEADER: SESSION}),
     ("sglang", {"retry": 1}, {"rid": f"{SESSION}_t2_r1"}, {SGLANG_ROUTING_HEADER: SESSION}),
     ("llamacpp", {}, {"cache_prompt": True}, {}),
     ("llamacpp", {"slot_count": 4}, {"cache_prompt": True, "id_slot": session_slot(SESSION, 4)}, {}),
