@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.text.gazetteer import (
+    EN_AREA,
     EN_PLACE,
     PERSON_FLAGS,
     PLACE_ALIASES,
     PLACE_FLAGS,
     PRODUCT,
+    ZH_AREA,
+    area_of,
     canonical_place,
     is_person,
     is_place,
@@ -28,15 +31,18 @@ from proxy.text.numbers import NumericConstraint, extract_numbers
 
 @dataclass(frozen=True)
 class Entities:
-    """The entities of a text or, merged, the ones still in force in a conversation."""
+    """The entities of a text or, merged, the ones still in force in a conversation. ``areas`` are
+    parts of a place (north, centre, suburbs): a slot of their own, so that "the north of
+    Beijing" and "the south of Beijing" conflict although they share the city."""
 
     places: frozenset[str] = field(default_factory=frozenset)
     products: frozenset[str] = field(default_factory=frozenset)
     people: frozenset[str] = field(default_factory=frozenset)
     numbers: tuple[NumericConstraint, ...] = ()
+    areas: frozenset[str] = field(default_factory=frozenset)
 
     def is_empty(self) -> bool:
-        return not (self.places or self.products or self.people or self.numbers)
+        return not (self.places or self.products or self.people or self.numbers or self.areas)
 
     def slots(self) -> frozenset[str]:
         return frozenset(n.slot for n in self.numbers)
@@ -50,6 +56,7 @@ class Entities:
             "products": sorted(self.products),
             "people": sorted(self.people),
             "numbers": [[n.slot, n.value, n.unit, n.op] for n in self.numbers],
+            "areas": sorted(self.areas),
         }
 
     @classmethod
@@ -59,6 +66,7 @@ class Entities:
             products=frozenset(data.get("products", ())),
             people=frozenset(data.get("people", ())),
             numbers=tuple(NumericConstraint(s, float(v), u, o) for s, v, u, o in data.get("numbers", ())),
+            areas=frozenset(data.get("areas", ())),
         )
 
 
@@ -124,6 +132,12 @@ def _products(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _areas(text: str) -> frozenset[str]:
+    found = {area_of(m, zh=False) for m in EN_AREA.finditer(text)}
+    found.update(area_of(m, zh=True) for m in ZH_AREA.finditer(text))
+    return frozenset(found)
+
+
 def extract_entities(text: str, *, segmenter: Segmenter | None = None, normalized: bool = False) -> Entities:
     """Places, products, people and numeric constraints of one text (Chinese or English).
 
@@ -132,7 +146,9 @@ def extract_entities(text: str, *, segmenter: Segmenter | None = None, normalize
     seg = segmenter or default_segmenter()
     norm = text if normalized else normalize_text(text, segmenter=seg)
     places, people = _names(norm, seg)
-    return Entities(places=places, products=_products(norm), people=people, numbers=extract_numbers(norm))
+    return Entities(
+        places=places, products=_products(norm), people=people, numbers=extract_numbers(norm), areas=_areas(norm)
+    )
 
 
 # --- conversation-level tags ------------------------------------------------------------------
@@ -144,8 +160,11 @@ def merge_entities(history: Sequence[Entities], current: Entities) -> Entities:
     places: frozenset[str] = frozenset()
     products: frozenset[str] = frozenset()
     people: frozenset[str] = frozenset()
+    areas: frozenset[str] = frozenset()
     numbers: dict[str, tuple[NumericConstraint, ...]] = {}
     for turn in (*history, current):
+        # another town drops the area of the old one; a new area keeps the town
+        areas = turn.areas or (frozenset() if turn.places and turn.places != places else areas)
         places = turn.places or places
         products = turn.products or products
         people = turn.people or people
@@ -153,7 +172,7 @@ def merge_entities(history: Sequence[Entities], current: Entities) -> Entities:
             numbers.pop(slot, None)
             numbers[slot] = turn.values(slot)
     merged = tuple(n for values in numbers.values() for n in values)
-    return Entities(places=places, products=products, people=people, numbers=merged)
+    return Entities(places=places, products=products, people=people, numbers=merged, areas=areas)
 
 
 def entities_conflict(a: Entities, b: Entities) -> list[str]:
@@ -164,8 +183,8 @@ def entities_conflict(a: Entities, b: Entities) -> list[str]:
     """
     conflicts = [
         name
-        for name, left, right in (("places", a.places, b.places), ("products", a.products, b.products),
-                                  ("people", a.people, b.people))
+        for name, left, right in (("places", a.places, b.places), ("areas", a.areas, b.areas),
+                                  ("products", a.products, b.products), ("people", a.people, b.people))
         if left and right and not left & right
     ]  # fmt: skip
     for slot in sorted(a.slots() & b.slots()):

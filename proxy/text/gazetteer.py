@@ -93,11 +93,50 @@ EN_PLACE: Final = re.compile(
 )
 
 
+# --- areas ------------------------------------------------------------------------------------
+# Parts of a town or region change the answer as much as the town does ("a cheap restaurant in
+# the north part of town" is not "... in the south"). Both languages fold onto one English name.
+_COMPASS: Final = {"north": "north", "south": "south", "east": "east", "west": "west",
+                   "northeast": "northeast", "northwest": "northwest", "southeast": "southeast",
+                   "southwest": "southwest", "north-east": "northeast", "north-west": "northwest",
+                   "south-east": "southeast", "south-west": "southwest"}  # fmt: skip
+_ZH_COMPASS: Final = {"东": "east", "西": "west", "南": "south", "北": "north", "东北": "northeast",
+                      "西北": "northwest", "东南": "southeast", "西南": "southwest"}  # fmt: skip
+_EN_DIRECTION: Final = "|".join(sorted(_COMPASS, key=len, reverse=True))
+EN_AREA: Final = re.compile(
+    rf"(?<![a-z])(?:(?P<dir>{_EN_DIRECTION})(?:ern)?(?:\s+|-)(?:part|side|end|area|district|region|quarter|suburbs?)"
+    rf"|(?:in|on|at|to|near|around) the (?P<dir2>{_EN_DIRECTION})(?:ern)?(?! (?:korea|america|africa|pole|star|face))"
+    rf"(?:\s+of (?:the )?(?:town|city))?(?![a-z])"
+    rf"|(?P<dir3>{_EN_DIRECTION})side(?![a-z])"
+    r"|(?P<centre>downtown|midtown|city cent(?:re|er)|town cent(?:re|er)|cent(?:re|er) of (?:the )?(?:town|city)|"
+    r"(?:in|at|near|around) the cent(?:re|er)(?![a-z ]*of (?!town|the town|the city|city))|"
+    r"central (?:part|area|district))"
+    r"|(?P<suburbs>suburbs|outskirts|out of town))(?![a-z])"
+)
+ZH_AREA: Final = re.compile(
+    r"(?P<dir>东北|西北|东南|西南|[东西南北])(?:边|部|区|面|侧|城|郊|片区)"
+    r"|城(?P<dir2>东北|西北|东南|西南|[东西南北])"
+    r"|(?P<centre>市中心|城市中心|中心城区|市区中心|老城区|城中心)"
+    r"|(?P<suburbs>郊区|近郊|远郊|城郊)"
+)
+
+
+def area_of(match: re.Match[str], zh: bool) -> str:
+    """The canonical English name of an area match of EN_AREA or ZH_AREA."""
+    groups = match.groupdict()
+    if groups.get("centre"):
+        return "centre"
+    if groups.get("suburbs"):
+        return "suburbs"
+    direction = next(v for k, v in groups.items() if k.startswith("dir") and v)
+    return _ZH_COMPASS[direction] if zh else _COMPASS[direction]
+
+
 def canonical_place(name: str) -> str:
     name = name.strip().lower()
     if name in PLACE_ALIASES:
         return PLACE_ALIASES[name]
-    if len(name) >= 3 and name[-1] in "市省" and name[:-1] in PLACE_ALIASES:
+    if len(name) >= 3 and name[-1] in "市省城" and name[:-1] in PLACE_ALIASES:
         return PLACE_ALIASES[name[:-1]]
     return name
 
