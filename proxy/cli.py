@@ -29,7 +29,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", type=Path)
     p.add_argument("--host")
     p.add_argument("--port", type=int)
-    p.add_argument("--data-dir", dest="data_dir", type=Path)
+    _dir_args(p)
     p.add_argument("--embedding-model", dest="embedding_model")
     p.add_argument(
         "--ready-after",
@@ -40,7 +40,17 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    names = ("upstream", "upstream_flavour", "policy", "host", "port", "data_dir", "embedding_model", "ready_after")
+    names = (
+        "upstream",
+        "upstream_flavour",
+        "policy",
+        "host",
+        "port",
+        "data_dir",
+        "model_home",
+        "embedding_model",
+        "ready_after",
+    )
     overrides = {n: getattr(args, n, None) for n in names}
     return load_settings(config_file=getattr(args, "config", None), overrides=overrides)
 
@@ -152,10 +162,14 @@ def _load_convs(paths: list[Path]) -> list[Any]:
     return load_traces(paths)
 
 
+def _dir_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", dest="data_dir", type=Path, help="default: .smartcache")
+    p.add_argument("--model-home", dest="model_home", type=Path, help="packs live in <dir>/models; default: data dir")
+
+
 def _replay_settings(args: argparse.Namespace) -> Settings:
-    return load_settings(
-        overrides={"policy": getattr(args, "policy", None), "embedding_model": getattr(args, "embedding_model", None)}
-    )
+    names = ("policy", "embedding_model", "data_dir", "model_home")
+    return load_settings(overrides={n: getattr(args, n, None) for n in names})
 
 
 def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None) -> list[Any]:
@@ -266,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--embedding-model", dest="embedding_model", help="pack to embed with (default: settings)")
     replay.add_argument("--report", type=Path, help="folder for an HTML report with plots")
     replay.add_argument("--no-plots", dest="plots", action="store_false")
+    _dir_args(replay)
     replay.set_defaults(func=cmd_replay)
     cal = sub.add_parser("calibrate", help="choose per-intent thresholds for a target false-hit rate")
     cal.add_argument("traces", nargs="+", type=Path)
@@ -273,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--policy", type=Path, help="template policy (default: the one shipped for the pack)")
     cal.add_argument("--embedding-model", dest="embedding_model", help="pack to calibrate for (default: settings)")
     cal.add_argument("--out", type=Path)
+    _dir_args(cal)
     cal.set_defaults(func=cmd_calibrate)
     warm = sub.add_parser("warm", help="write past conversations into the cache as ready records")
     warm.add_argument("conversations", nargs="+", type=Path)
