@@ -10,13 +10,28 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
 
 from proxy.observability.log import configure_logging
 from proxy.settings import Settings, SettingsError, load_settings, unknown_environment
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+# Into a pipe or a file rich would assume 80 columns and cut cells ("int…"); tables are never
+# padded to the width, so a wide one costs nothing and keeps every cell whole.
+PIPE_WIDTH = 1000
+
+
+def table_console() -> Console:
+    """A rich Console for tables: the terminal's width on a terminal, else PIPE_WIDTH."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -135,7 +150,6 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_check_policy(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from proxy.policy import PolicyError, load_policy, policy_table
@@ -152,7 +166,7 @@ def cmd_check_policy(args: argparse.Namespace) -> int:
         table.add_column(col)
     for row in rows:
         table.add_row(*row.values())
-    Console().print(table)
+    table_console().print(table)
     return 0
 
 
@@ -194,7 +208,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 2
     configure_logging("warning")
     rows = _replay_rows(args, shadow=False)
-    print_summary(rows)
+    print_summary(rows, table_console())
     if args.report:
         shadow = _replay_rows(args, shadow=True) if args.plots else []
         print(f"report: {write_report(args.report, rows, shadow)}")
@@ -210,9 +224,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rows = _replay_rows(args, shadow=True, settings=settings)
     results = calibrate(rows, target=args.target_false_hit)
     verified = calibrate_verifier(rows, target=args.target_false_hit)
-    print_calibration(results)
+    print_calibration(results, table_console())
     print(*describe_verified(verified), sep="\n")
-    print_held_out(held_out(rows, target=args.target_false_hit))
+    print_held_out(held_out(rows, target=args.target_false_hit), table_console())
     if args.out:
         version = write_policy(
             settings.policy_file,
@@ -247,7 +261,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"error: cannot read metrics from {args.url}: {exc}", file=sys.stderr)
         return 2
-    print_stats(snapshot)
+    print_stats(snapshot, table_console())
     return 0
 
 

@@ -470,10 +470,10 @@ def policy_table(policy: Policy) -> list[dict[str, str]]:
 
 def _table_row(intent: IntentPolicy) -> dict[str, str]:
     cached = {
-        "accept": f"{intent.accept:.2f}",
-        "candidate": f"{intent.candidate:.2f}",
+        "accept": _threshold(intent.accept),
+        "candidate": _threshold(intent.candidate),
         "direct_hit": "yes" if intent.direct_hit else "no",
-        "verify_accept": "-" if intent.verify_accept is None else f"{intent.verify_accept:.3f}",
+        "verify_accept": "-" if intent.verify_accept is None else _threshold(intent.verify_accept),
         "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
         "ttl": _duration(intent.ttl),
         "pools": "→".join(intent.pools),
@@ -485,6 +485,12 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "keywords": f"{len(intent.keywords)}{' (force)' if intent.force else ''}",
         "exemplars": str(len(intent.exemplars)),
     }
+
+
+def _threshold(value: float) -> str:
+    """As the file has it, at least two decimals: rounding would show 0.999 as 1.00."""
+    text = repr(float(value))
+    return f"{value:.2f}" if "e" not in text and len(text.partition(".")[2]) < 2 else text
 
 
 def _duration(seconds: int) -> str:
