@@ -23,13 +23,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except UpstreamStatus as exc:
         # the upstream's status reaches the client as it came, its body when an SDK can read it
-        headers = {"x-cache-status": "miss", "x-smartcache-upstream-error": "1"}
+        relayed = {"x-cache-status": "miss", "x-smartcache-upstream-error": "1"}
         wrapped = exc.client_body()
         if wrapped is not None:
             log.warning("upstream.non_openai_error", status=exc.status, path=request.path)
-            return _json(exc.status, wrapped, headers)
+            return _json(exc.status, wrapped, relayed)
         return web.Response(
-            body=exc.body, status=exc.status, content_type=exc.content_type.split(";")[0], headers=headers
+            body=exc.body, status=exc.status, content_type=exc.content_type.split(";")[0], headers=relayed
         )
     except SmartCacheError as exc:
         headers = {"x-cache-status": "miss"} if exc.status >= 500 else None
