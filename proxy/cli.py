@@ -80,7 +80,9 @@ async def _serve(settings: Settings) -> None:
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     print(
-        f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}",
+        f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}; "
+        f"feedback window {settings.ready_after:g} s: a new answer is served from the cache only after it "
+        "(--ready-after, SMARTCACHE_READY_AFTER)",
         file=sys.stderr,
         flush=True,
     )
@@ -242,11 +244,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
-    from proxy.tools.warm import warm
+    from proxy.tools.warm import WarmTarget, warm
 
     configure_logging("warning")
     settings = settings_from(args)
-    written, skipped = asyncio.run(warm(_load_convs(args.conversations), settings))
+    target = WarmTarget(model=args.model, api_key=args.api_key, keep_sessions=args.keep_sessions)
+    written, skipped = asyncio.run(warm(_load_convs(args.conversations), settings, target=target))
     print(f"warm: {written} records written, {skipped} already present")
     return 0
 
@@ -306,7 +309,23 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(func=cmd_calibrate)
     warm = sub.add_parser("warm", help="write past conversations into the cache as ready records")
     warm.add_argument("conversations", nargs="+", type=Path)
-    _serve_args(warm)
+    warm.add_argument("--model", required=True, help="the model name clients send: records are kept per model")
+    warm.add_argument(
+        "--api-key",
+        dest="api_key",
+        help="the API key clients send (only its salted hash is stored); default: each conversation's tenant",
+    )
+    warm.add_argument(
+        "--keep-sessions",
+        dest="keep_sessions",
+        action="store_true",
+        help="key records by the traces' session ids, for clients that send them as x-smartcache-session "
+        "(default: the session the proxy derives for clients that send none)",
+    )
+    warm.add_argument("--config", type=Path, help="YAML settings file")
+    warm.add_argument("--policy", type=Path)
+    warm.add_argument("--data-dir", dest="data_dir", type=Path)
+    warm.add_argument("--embedding-model", dest="embedding_model")
     warm.set_defaults(func=cmd_warm)
     stats = sub.add_parser("stats", help="print hit rate, precision_hit, saved tokens, pollution and stage timings")
     stats.add_argument("--url", default="http://127.0.0.1:8080", help="the proxy (its /metrics is read)")

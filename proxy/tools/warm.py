@@ -1,5 +1,12 @@
 """Warm-up: bulk-sign past conversations and write them as ready records.
 
+A warmed record must be one a real request can reach, so it is keyed exactly as the proxy keys a
+live request: the tenant is the hash of an API key (``api_key``, else each conversation's
+``tenant`` taken as its API key, as the replay harness sends it), the model is the one clients
+will name, and the session is the one the proxy derives for a client that sends no session header
+(``keep_sessions``: the trace's own ids, for clients that send them as x-smartcache-session).
+Intents the policy widens reach every conversation of the tenant anyway.
+
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
 skipped. Conversations are signed concurrently, so the embedder micro-batches them."""
 
@@ -7,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import orjson
 
-from proxy.identity import Identity
+from proxy.http.app import tenant_salt
+from proxy.identity import Identity, clean_header_id, derived_session, tenant_of
+from proxy.model import SessionLast
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import parse_chat_request
+from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import Settings
 from proxy.signing.signer import request_hash
@@ -20,15 +30,34 @@ from proxy.storage.base import Selector
 from proxy.tools.datasets.traces import Conversation
 
 
-async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, int]:
+@dataclass(frozen=True, slots=True)
+class WarmTarget:
+    """Who the warmed records are for: what live requests will carry."""
+
+    model: str
+    api_key: str | None = None  # None: each conversation's tenant is its API key
+    keep_sessions: bool = False  # True: the trace's session ids, as explicit session headers
+
+
+def identity_for(conv: Conversation, req: ChatRequest, target: WarmTarget, *, salt: str) -> Identity:
+    """The identity a live request of this conversation would get from proxy.identity.identify."""
+    tenant = tenant_of(f"Bearer {target.api_key or conv.tenant}", salt=salt)
+    if target.keep_sessions:
+        session = clean_header_id(conv.session, "session") or derived_session(tenant, req)
+        return Identity(tenant=tenant, session=session, user=None, session_explicit=True)
+    return Identity(tenant=tenant, session=derived_session(tenant, req), user=None, session_explicit=False)
+
+
+async def _warm_one(parts: Parts, conv: Conversation, target: WarmTarget, salt: str) -> tuple[int, int]:
     written = skipped = 0
     history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
-    who = Identity(tenant=conv.tenant, session=conv.session, user=None, session_explicit=True)
+    who: Identity | None = None  # fixed by the opening turn, as the derived session is
     for turn in conv.turns:
         msgs = [*history, {"role": "user", "content": turn.user}]
+        req = parse_chat_request(orjson.dumps({"model": target.model, "messages": msgs}))
+        who = who or identity_for(conv, req, target, salt=salt)
         if turn.answer:
-            req = parse_chat_request(orjson.dumps({"model": model, "messages": msgs}))
-            selector = Selector(tenant=conv.tenant, session=conv.session, request_hash=request_hash(req))
+            selector = Selector(tenant=who.tenant, session=who.session, request_hash=request_hash(req))
             if await parts.cache.store.find(selector, limit=1):
                 skipped += 1
             else:
@@ -46,19 +75,24 @@ async def _warm_one(parts: Parts, conv: Conversation, model: str) -> tuple[int, 
                     )
                     written += 1
         history = [*msgs, {"role": "assistant", "content": turn.answer or ""}]
+    if who is not None and written:
+        # writing made each answer its session's last: a client then asking the same question
+        # would look like a regenerate of it. A warmed session has no last answer of its own.
+        await parts.cache.store.set_session_last(who.tenant, who.session, SessionLast("", False, ""))
     return written, skipped
 
 
 async def warm(
-    convs: Sequence[Conversation], settings: Settings, *, model: str = "default", concurrency: int = 16
+    convs: Sequence[Conversation], settings: Settings, *, target: WarmTarget, concurrency: int = 16
 ) -> tuple[int, int]:
     s = settings.replace(ready_after=0.0)  # warmed answers are past their feedback window already
+    salt = tenant_salt(s.data_dir)
     async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics()) as parts:
         gate = asyncio.Semaphore(concurrency)
 
         async def one(conv: Conversation) -> tuple[int, int]:
             async with gate:
-                return await _warm_one(parts, conv, model)
+                return await _warm_one(parts, conv, target, salt)
 
         results = await asyncio.gather(*(one(c) for c in convs))
     return sum(w for w, _ in results), sum(k for _, k in results)

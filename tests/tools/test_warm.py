@@ -1,0 +1,70 @@
+"""Warmed records are reachable by real requests: keyed by the clients' model, API key and session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import build_parser, main
+from tests.conftest import ProxyFactory, Upstream
+from tests.e2e.test_e2e_core import ask, chat
+
+SYSTEM = "You are a helpful assistant."
+QUESTION = "What is the boiling point of water at sea level?"
+ANSWER = "100 degrees Celsius at sea level (warmed)."
+
+
+def _trace(path: Path) -> Path:
+    conv = {
+        "id": "w-1",
+        "category": "warm",
+        "tenant": "trace-tenant",
+        "session": "trace-session-1",
+        "system": SYSTEM,
+        "turns": [{"user": QUESTION, "key": "K1", "answer": ANSWER}],
+    }
+    path.write_text(json.dumps(conv) + "\n", encoding="utf-8")
+    return path
+
+
+async def _warm(tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> None:
+    monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
+    argv = ["warm", str(_trace(tmp_path / "t.jsonl")), "--data-dir", str(tmp_path / "data"), *flags]
+    assert await asyncio.to_thread(main, argv) == 0
+
+
+async def test_a_warmed_answer_is_served_to_a_client_with_that_key_and_model(
+    make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _warm(tmp_path, model_home, monkeypatch, "--model", "m", "--api-key", "key-A")
+    proxy = await make_proxy()
+    status, text, _ = await chat(proxy.client("key-A"), ask(QUESTION))  # no session header, as most clients
+    assert (status, text) == ("hit", ANSWER)
+    assert upstream.script.calls == []
+    status, _, _ = await chat(proxy.client("key-B"), ask(QUESTION))
+    assert status == "miss"  # another tenant never sees it
+
+
+async def test_without_an_api_key_each_conversations_tenant_is_its_key(
+    make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _warm(tmp_path, model_home, monkeypatch, "--model", "m", "--keep-sessions")
+    proxy = await make_proxy()
+    client = proxy.client("trace-tenant", **{"x-smartcache-session": "trace-session-1"})
+    status, text, _ = await chat(client, ask(QUESTION))
+    assert (status, text) == ("hit", ANSWER)
+
+
+def test_warm_help_offers_its_own_flags_and_no_serve_only_ones() -> None:
+    sub = build_parser()._subparsers._group_actions[0].choices["warm"]  # type: ignore[union-attr]
+    flags = {opt for action in sub._actions for opt in action.option_strings}
+    assert {"--model", "--api-key", "--keep-sessions", "--data-dir", "--policy"} <= flags
+    assert not flags & {"--upstream", "--port", "--host", "--flavour", "--ready-after"}
+
+
+def test_warm_needs_the_model_clients_send() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["warm", "t.jsonl"])
