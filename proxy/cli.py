@@ -17,6 +17,7 @@ from aiohttp import web
 
 from proxy.observability.log import configure_logging
 from proxy.settings import Settings, SettingsError, load_settings, unknown_environment
+from proxy.upstream.engine import EngineError  # the module, not the wheel: that one loads only to start
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -342,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (SettingsError, ValueError) as exc:
-        # SettingsError, PolicyError, TraceError, PackError: all say file, key and fix
+    except (SettingsError, ValueError, EngineError) as exc:
+        # SettingsError, PolicyError, TraceError, PackError: all say file, key and fix; EngineError
+        # what to install or where the engine's log is
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
