@@ -5,6 +5,7 @@ Bytes are relayed as they arrive; nothing is buffered but a non-streamed JSON an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -93,6 +94,9 @@ class JsonAnswer:
 class Upstream:
     def __init__(self, base_url: str, *, timeout: float, connect_timeout: float) -> None:
         self.base_url = base_url.rstrip("/")
+        # httpx's read timeout bounds each read, so an upstream that trickles a byte a second never
+        # trips it: the chat path also holds a whole answer to ``timeout`` seconds
+        self.timeout = timeout
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
@@ -106,15 +110,19 @@ class Upstream:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     async def chat_json(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> JsonAnswer:
+        post = self._client.post(
+            self.url("chat/completions"),
+            content=orjson.dumps(body),
+            headers={
+                **{k: v for k, v in headers.items() if k.lower() != "content-type"},
+                "content-type": "application/json",
+            },
+        )
         with translated_errors():
-            resp = await self._client.post(
-                self.url("chat/completions"),
-                content=orjson.dumps(body),
-                headers={
-                    **{k: v for k, v in headers.items() if k.lower() != "content-type"},
-                    "content-type": "application/json",
-                },
-            )
+            try:
+                resp = await asyncio.wait_for(post, self.timeout)
+            except TimeoutError as exc:
+                raise UpstreamTimeout(f"upstream did not answer within {self.timeout:g} s") from exc
         if resp.status_code >= 400:
             raise UpstreamStatus(resp.status_code, resp.content, resp.headers.get("content-type"))
         try:
@@ -147,9 +155,19 @@ class Upstream:
             await resp.aclose()
 
     async def iter_bytes(self, resp: httpx.Response) -> AsyncIterator[bytes]:
-        """The body decoded (an upstream may compress though asked for identity)."""
+        """The body decoded (an upstream may compress though asked for identity), all of it
+        within ``timeout`` seconds of the first byte however steadily it trickles."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        chunks = resp.aiter_bytes()
         with translated_errors():
-            async for chunk in resp.aiter_bytes():
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(anext(chunks), max(0.0, deadline - loop.time()))
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as exc:
+                    raise UpstreamTimeout(f"upstream stream not complete within {self.timeout:g} s") from exc
                 yield chunk
 
     async def iter_raw(self, resp: httpx.Response) -> AsyncIterator[bytes]:

@@ -333,7 +333,7 @@ class LocalEngine:
         self._log = open(self._log_path, "ab") if self._log_path else tempfile.TemporaryFile()  # noqa: SIM115
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # The child must import this same package, wherever the caller's cwd is.
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding proxy/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         argv = [sys.executable, "-m", "proxy.upstream.engine", *config.to_argv(), "--parent-pid", str(os.getpid())]
         self._process = subprocess.Popen(
