@@ -64,7 +64,7 @@ def test_a_bad_verify_accept_names_file_and_key(value: object, message: str) -> 
 
 def test_check_policy_shows_verify_accept() -> None:
     rows = {r["intent"]: r for r in policy_table(parse_policy(policy(travel={"verify_accept": 0.95}), "p.yaml"))}
-    assert rows["travel"]["verify_accept"] == "0.950" and rows["general"]["verify_accept"] == "-"
+    assert rows["travel"]["verify_accept"] == "0.95" and rows["general"]["verify_accept"] == "-"
     assert "half_hit" not in rows["travel"]
 
 
