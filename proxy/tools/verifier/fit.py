@@ -19,9 +19,8 @@ from proxy.tools.verifier.states import CachedStates, encode_pairs, lower_states
 __all__ = ["encode_and_cache", "logits_of", "train_head"]
 
 
-def encode_and_cache(image: Any, pairs: Sequence[LabeledPair], args: argparse.Namespace) -> tuple[CachedStates, list[list[int]]]:
-    rows = encode_pairs(image, pairs)
-    return lower_states(image, rows, args.cut, args.cache, args.threads), rows
+def encode_and_cache(image: Any, pairs: Sequence[LabeledPair], args: argparse.Namespace) -> CachedStates:
+    return lower_states(image, encode_pairs(image, pairs), args.cut, args.cache, args.threads)
 
 
 def _batch(states: CachedStates, index: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,7 +52,10 @@ def train_head(
     """``pool`` lists row indices per epoch (a row listed twice is read twice)."""
     model = PairHead(image, args.cut, args.top_layers)
     labels = torch.tensor([p.label for p in pairs], dtype=torch.float32)
-    params = [{"params": model.top.parameters(), "lr": args.lr}, {"params": model.head.parameters(), "lr": args.lr * 10}]
+    params = [
+        {"params": model.top.parameters(), "lr": args.lr},
+        {"params": model.head.parameters(), "lr": args.lr * 10},
+    ]
     optimizer = torch.optim.AdamW(params, weight_decay=0.01)
     steps = args.epochs * -(-len(pool) // args.batch)
     warmup = max(1, steps // 20)
@@ -66,7 +68,11 @@ def train_head(
         running = 0.0
         for index in _batches(states, pool, args.batch, rng):
             x, mask = _batch(states, index)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x, mask), labels[index])
+            # bfloat16 matmuls (AVX512-BF16) run about 3x faster than float32 on these CPUs; the
+            # weights and the optimizer stay float32, and calibration reads float32 logits
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                logits = model(x, mask)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels[index])
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -74,8 +80,10 @@ def train_head(
             schedule.step()
             step, running = step + 1, running + loss.item()
             if step % 200 == 0:
-                print(f"  epoch {epoch} step {step}/{steps} loss {running / 200:.4f} "
-                      f"{time.monotonic() - began:.0f}s", file=sys.stderr)
+                print(
+                    f"  epoch {epoch} step {step}/{steps} loss {running / 200:.4f} {time.monotonic() - began:.0f}s",
+                    file=sys.stderr,
+                )
                 running = 0.0
     model.eval()
     return model

@@ -31,8 +31,9 @@ def auc(scores: Sequence[float] | Floats, labels: Sequence[int] | npt.NDArray[np
     return float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def recall_at_precision(scores: Sequence[float] | Floats, labels: Sequence[int] | npt.NDArray[np.int64],
-                        precision: float) -> float:
+def recall_at_precision(
+    scores: Sequence[float] | Floats, labels: Sequence[int] | npt.NDArray[np.int64], precision: float
+) -> float:
     """The largest recall over thresholds whose precision is at least ``precision``.
 
     Thresholds sit between distinct scores only (tied scores are accepted together), so a tie

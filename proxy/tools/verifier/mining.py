@@ -32,7 +32,22 @@ from proxy.verify import PairSide
 
 __all__ = ["MINED_SETS", "mine"]
 
-_DEICTIC_ZH = ("这家", "他家", "它家", "那家", "该", "这个", "那个", "这里", "那里", "附近", "周边", "它", "他们", "这儿")
+_DEICTIC_ZH = (
+    "这家",
+    "他家",
+    "它家",
+    "那家",
+    "该",
+    "这个",
+    "那个",
+    "这里",
+    "那里",
+    "附近",
+    "周边",
+    "它",
+    "他们",
+    "这儿",
+)
 _PER_GROUP = 8
 
 
@@ -88,7 +103,9 @@ def _kvret(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Rando
             last = users[-1]
             before = [j for j in users if j < last]
             reply = turns[last - 1]["data"]["utterance"] if last >= 1 and turns[last - 1]["turn"] == "assistant" else ""
-            side = PairSide(turns[last]["data"]["utterance"], turns[before[-1]]["data"]["utterance"] if before else "", reply)
+            side = PairSide(
+                turns[last]["data"]["utterance"], turns[before[-1]]["data"]["utterance"] if before else "", reply
+            )
             requests.append((di, side, rewrites))
     for di, side, rewrites in requests:
         for rewrite in rewrites[:4]:
@@ -113,7 +130,9 @@ def _crosswoz(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
         for ti in range(2, len(turns)):
             t, reply, previous = turns[ti], turns[ti - 1], turns[ti - 2]
             if t["role"] == "usr" and reply["role"] == "sys" and any(w in t["content"] for w in _DEICTIC_ZH):
-                groups[text_key(t["content"])].append((dialog, PairSide(t["content"], previous["content"], reply["content"])))
+                groups[text_key(t["content"])].append(
+                    (dialog, PairSide(t["content"], previous["content"], reply["content"]))
+                )
     for group in groups.values():
         for (d1, s1), (d2, s2) in _pairs_of(group, rng, _PER_GROUP // 2):
             if d1 != d2 and text_key(s1.previous_reply_head) != text_key(s2.previous_reply_head):
@@ -133,12 +152,20 @@ def _mt_bench(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
         yield LabeledPair("mined_mt_bench", PairSide(e2, e1), PairSide(z2, z1), 1, f"mt_bench:{q}")
         for other in rng.sample([o for o in ids if o != q], min(2, len(ids) - 1)):
             for lang in (en, zh):
-                yield LabeledPair("mined_mt_bench", PairSide(lang[q][1], lang[q][0]),
-                                  PairSide(lang[other][1], lang[other][0]), 0, f"mt_bench:{q}+{other}")
+                yield LabeledPair(
+                    "mined_mt_bench",
+                    PairSide(lang[q][1], lang[q][0]),
+                    PairSide(lang[other][1], lang[other][0]),
+                    0,
+                    f"mt_bench:{q}+{other}",
+                )
 
 
 MINED_SETS: dict[str, Callable[[Path, Callable[[str, list[str]], bool], random.Random], Iterator[LabeledPair]]] = {
-    "mined_gecor": _gecor, "mined_kvret": _kvret, "mined_crosswoz": _crosswoz, "mined_mt_bench": _mt_bench,
+    "mined_gecor": _gecor,
+    "mined_kvret": _kvret,
+    "mined_crosswoz": _crosswoz,
+    "mined_mt_bench": _mt_bench,
 }
 
 
@@ -146,6 +173,7 @@ def mine(data: Path, seed: int, held_out: EvalRows) -> dict[Split, list[LabeledP
     """Every mined set, split by dialogue; traced dialogues (``held_out``) go to test."""
     out: dict[Split, list[LabeledPair]] = {"train": [], "calib": [], "test": []}
     for split in out:
+
         def keep(dialogue: str, user_turns: list[str], split: Split = split) -> bool:
             assigned = "test" if held_out.holds_dialogue(user_turns) else split_of(seed, dialogue)
             return assigned == split

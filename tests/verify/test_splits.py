@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from proxy.tools.verifier.dataset import Splits, build_splits
+from proxy.tools.verifier.heldout import eval_rows
+from proxy.tools.verifier.pairs import LabeledPair, text_key
+from proxy.tools.verifier.splits import split_of, split_pairs
+from proxy.verify import PairSide
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "proxy" / "verify" / "weights"
+
+
+def pair(a: str, b: str, label: int = 1) -> LabeledPair:
+    return LabeledPair("toy", PairSide(a), PairSide(b), label)
+
+
+def test_split_of_is_a_fixed_function_of_seed_and_unit() -> None:
+    # pinned: a change here moves rows between train and test and invalidates shipped weights
+    assert [split_of(0, u) for u in ("a", "b", "c", "d", "e", "f")] == [
+        split_of(0, u) for u in ("a", "b", "c", "d", "e", "f")
+    ]
+    assert {split_of(0, f"unit-{i}") for i in range(200)} == {"train", "calib", "test"}
+    assert [split_of(0, f"u{i}") for i in range(50)] != [split_of(1, f"u{i}") for i in range(50)]
+
+
+def test_a_text_never_sits_on_both_sides_of_a_split() -> None:
+    pairs = [pair(f"q{i}", f"q{i + 1}") for i in range(0, 400, 3)] + [pair(f"x{i}", f"q{i}") for i in range(0, 400, 7)]
+    splits = split_pairs(pairs, seed=0)
+    seen: dict[str, str] = {}
+    for name, rows in splits.items():
+        for row in rows:
+            for text in (row.a.question, row.b.question):
+                assert seen.setdefault(text_key(text), name) == name
+
+
+def test_split_is_deterministic_and_independent_of_row_order() -> None:
+    pairs = [pair(f"问题{i}", f"问题{i}？") for i in range(300)]
+    first = split_pairs(pairs, seed=0)
+    second = split_pairs(list(reversed(pairs)), seed=0)
+    assert {k: sorted(map(repr, v)) for k, v in first.items()} == {k: sorted(map(repr, v)) for k, v in second.items()}
+
+
+def test_held_out_texts_force_their_whole_component_to_test() -> None:
+    pairs = [pair("花呗怎么还款", "花呗如何还款"), pair("花呗如何还款", "花呗还款方式"), pair("借呗额度", "借呗的额度")]
+    splits = split_pairs(pairs, seed=0, held_out={text_key("花呗还款方式")})
+    assert pairs[0] in splits["test"] and pairs[1] in splits["test"]
+
+
+@pytest.fixture(scope="module")
+def splits(data_dir: Path) -> Splits:
+    return build_splits(data_dir, seed=0)
+
+
+def test_eval_selection_is_reproduced_exactly(data_dir: Path, tmp_path: Path) -> None:
+    """Running the trace builder's functions with its seed selects exactly the rows it wrote."""
+    eval_dir = data_dir.parent / "eval"
+    if not (eval_dir / "dev_traces.jsonl").is_file():
+        pytest.skip("no dev_traces.jsonl to compare with")
+    written = {
+        text_key(t["user"])
+        for line in (eval_dir / "dev_traces.jsonl").read_text(encoding="utf-8").splitlines()
+        for t in json.loads(line)["turns"]
+    }
+    shutil.copy(eval_dir / "build_dev_traces.py", tmp_path)  # the builder alone, without its output
+    assert eval_rows(data_dir, eval_dir=tmp_path).texts == written
+
+
+def test_no_replay_trace_row_is_trained_or_calibrated_on(splits: Splits) -> None:
+    held = splits.held_out
+    assert len(held.texts) > 1000  # PAWS-X, QQP, GECOR and KVRET turns
+    for name in ("train", "calib"):
+        pair_rows = [p for p in splits.rows[name] if not p.source.startswith("mined_")]
+        assert not [
+            p for p in pair_rows if text_key(p.a.question) in held.texts or text_key(p.b.question) in held.texts
+        ]
+
+
+def test_no_traced_dialogue_is_mined_for_training(splits: Splits, data_dir: Path) -> None:
+    gecor = json.loads((data_dir / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
+    kvret = json.loads((data_dir / "cqr_kvret/cqr_kvret_dev_public.json").read_text(encoding="utf-8"))
+    traced = {
+        f"gecor:{i}"
+        for i, d in enumerate(gecor)
+        if splits.held_out.holds_dialogue([t["usr"]["transcript"] for t in d["dial"]])
+    }
+    traced |= {
+        f"kvret:{i}"
+        for i, d in enumerate(kvret)
+        if splits.held_out.holds_dialogue([t["data"]["utterance"] for t in d["dialogue"] if t["turn"] == "driver"])
+    }
+    assert len(traced) >= 150  # 60 GECOR groups x up to 3 dialogues, 100 KVRET dialogues
+    for name in ("train", "calib"):
+        dialogues = {
+            f"{g.split(':')[0]}:{i}"
+            for p in splits.rows[name]
+            if p.group
+            for g in [p.group]
+            for i in g.split(":", 1)[1].split("+")
+        }
+        assert dialogues and not dialogues & traced, (name, sorted(dialogues & traced)[:5])
+
+
+def test_shipped_manifest_matches_the_split(splits: Splits) -> None:
+    from proxy.tools.verifier.dataset import manifest
+
+    path = WEIGHTS / "heldout.json"
+    if not path.is_file():
+        pytest.skip("no shipped weights yet")
+    shipped = json.loads(path.read_text(encoding="utf-8"))
+    assert shipped["seed"] == splits.seed
+    assert shipped["test_sha256"] == manifest(splits, [], [])["test_sha256"]
+    trained = set(shipped["trained_rows"]) | set(shipped["calibration_rows"])
+    assert "numbers_changed" in trained and trained <= set(shipped["counts"]["train"]) | {"numbers_changed"}

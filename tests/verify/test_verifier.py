@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.verify import CrossEncoderVerifier, PairSide, Verifier, VerifierError, load_verifier
+from proxy.verify.cross_encoder import DEFAULT_WEIGHTS
+
+
+@pytest.fixture(scope="module")
+def verifier() -> CrossEncoderVerifier:
+    v = load_verifier(threads=2)
+    v.warm()
+    return v
+
+
+def test_importing_the_runtime_pulls_in_no_server_or_training_library() -> None:
+    code = (
+        "import sys, proxy.verify, proxy.verify.graph; "
+        "print(','.join(m for m in ('aiohttp', 'httpx', 'aiosqlite', 'torch', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
+
+
+def test_altered_weights_are_refused(tmp_path: Path) -> None:
+    shutil.copytree(DEFAULT_WEIGHTS, tmp_path / "w")
+    with (tmp_path / "w" / "top.npz").open("ab") as f:
+        f.write(b"x")
+    with pytest.raises(VerifierError, match="does not match"):
+        load_verifier(tmp_path / "w").warm()
+
+
+def test_missing_config_is_a_verifier_error(tmp_path: Path) -> None:
+    with pytest.raises(VerifierError, match="not a verifier config"):
+        load_verifier(tmp_path)
+
+
+@pytest.mark.model
+def test_is_a_verifier(verifier: CrossEncoderVerifier) -> None:
+    assert isinstance(verifier, Verifier) and verifier.name and verifier.version
+
+
+HOTEL_A = "推荐您入住北京王府井希尔顿酒店，价格是每晚1200元。"
+HOTEL_B = "推荐您入住如家快捷酒店(北京西站店)，价格是每晚300元。"
+ORDERED = [
+    # (paraphrase pair, near-miss pair): the paraphrase must score higher
+    ((PairSide("花呗怎么还款"), PairSide("花呗如何还款")), (PairSide("花呗怎么还款"), PairSide("借呗怎么还款"))),
+    (
+        (PairSide("How do I reset my password?"), PairSide("How can I reset my password?")),
+        (PairSide("How do I reset my password?"), PairSide("How do I reset my router?")),
+    ),
+    (
+        (PairSide("LG Optimus G的电池多大"), PairSide("LG Optimus G电池容量是多少")),
+        (PairSide("LG Optimus G的电池多大"), PairSide("LG Optimus的电池多大")),
+    ),
+    (
+        (PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A), PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A)),
+        (PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A), PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_B)),
+    ),
+    (
+        (PairSide("What is the address of Nandos?"), PairSide("Where is Nandos located?")),
+        (PairSide("What is the address of Nandos?"), PairSide("What is the phone number of Nandos?")),
+    ),
+]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("paraphrase", "near_miss"), ORDERED, ids=["huabei", "password", "optimus", "hotel", "nandos"])
+def test_paraphrase_scores_above_near_miss(
+    verifier: CrossEncoderVerifier, paraphrase: tuple[PairSide, PairSide], near_miss: tuple[PairSide, PairSide]
+) -> None:
+    high, low = verifier.score([paraphrase, near_miss])
+    assert high > low
+
+
+@pytest.mark.model
+def test_same_follow_up_after_two_different_hotels_scores_low(verifier: CrossEncoderVerifier) -> None:
+    [p] = verifier.score(
+        [
+            (
+                PairSide("这家酒店的地址在哪？", "帮我找个酒店", HOTEL_A),
+                PairSide("这家酒店的地址在哪？", "帮我找个酒店", HOTEL_B),
+            )
+        ]
+    )
+    assert p < 0.5
+
+
+@pytest.mark.model
+def test_probabilities_are_in_range_and_a_batch_equals_one_by_one(verifier: CrossEncoderVerifier) -> None:
+    pairs = [pair for both in ORDERED for pair in both]
+    batched = verifier.score(pairs)
+    single = [verifier.score([p])[0] for p in pairs]
+    assert all(0.0 <= p <= 1.0 for p in batched)
+    assert batched == pytest.approx(single, abs=2e-3)
+    assert verifier.score([]) == []
