@@ -44,12 +44,12 @@ async def test_a_later_conversation_opening_with_the_same_question_is_served(
     default_proxy: Proxy, upstream: Upstream
 ) -> None:
     first = default_proxy.client()
-    status, answer, raw = await chat(first, ask(FAQ))
+    status, answer, _ = await chat(first, ask(FAQ))
     assert status == "miss"
     await _ready(default_proxy)
     await _age_sessions(default_proxy, 120.0)
     calls = len(upstream.script.calls)
-    status, served, raw = await chat(default_proxy.client(), ask(FAQ))
+    status, served, _ = await chat(default_proxy.client(), ask(FAQ))
     assert (status, served) == ("hit", answer)
     assert len(upstream.script.calls) == calls
     (record,) = [r async for r in default_proxy.app[keys.CACHE].store.iter_live()]
@@ -81,8 +81,9 @@ async def test_a_second_try_inside_the_feedback_window_says_pending(default_prox
 
 @pytest.mark.xfail(
     strict=True,
-    reason="shipped general accept is 0.999 cosine: a reworded FAQ scores ~0.93-0.96 under e5-small, so it "
-    "needs the pair verifier (not shipped yet) to be served across conversations",
+    reason="measured with the shipped policy (general widened to the tenant, accept 0.999): the reworded FAQ "
+    "scores 0.983 under e5-small and the reordered-words guard makes it a half-hit; even 'How can I reset my "
+    "account password?' scores 0.998, under accept. Serving paraphrases needs the pair verifier, not shipped yet",
 )
 async def test_a_reworded_opening_in_another_conversation_is_served_once_the_first_is_ready(
     default_proxy: Proxy, upstream: Upstream
