@@ -1,5 +1,5 @@
-"""What the user's own behaviour says about an answer: a reset, a regenerate, a correction, and
-how a served hit is judged afterwards.
+"""What the user's own behaviour says about an answer: a reset, a regenerate, a correction, a
+thumbs button, and how a served hit is judged afterwards.
 
 A regenerate is the same conversation (byte for byte, as its request hash) re-sent by the same
 session soon after its answer. With an explicit session header that is evidence enough within
@@ -45,6 +45,20 @@ UNSTORED: frozenset[str] = frozenset({Signal.REGENERATE.value, Signal.CORRECTION
 PENDING = "pending"
 
 
+THUMBS: frozenset[str] = frozenset({"positive", "negative", "regenerate"})
+
+
+async def thumb(cache: SemanticCache, cache_id: str, kind: str) -> None:
+    """A product's thumbs button on a served or stored answer (POST /admin/feedback): up rewards
+    it; down or a regenerate button penalises it like a correction (a pending one is rejected)."""
+    if kind not in THUMBS:
+        raise ValueError(f"thumb must be one of {', '.join(sorted(THUMBS))}, got {kind!r}")
+    if kind == "positive":
+        await cache.reward(cache_id)
+    else:
+        await cache.penalise(cache_id)
+
+
 def regenerate_window(who: Identity, configured: float) -> float:
     """Seconds within which the identical conversation re-sent counts as a regenerate."""
     return configured if who.session_explicit else min(configured, DERIVED_REGENERATE_SECONDS)
@@ -81,8 +95,15 @@ class FeedbackReader:
     invalidates the session, a regenerate or correction penalises the last answer (a pending one
     is rejected) and marks a served hit corrected."""
 
-    def __init__(self, *, cache: SemanticCache, judge: HitJudge, metrics: Metrics, regenerate_window: float,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        cache: SemanticCache,
+        judge: HitJudge,
+        metrics: Metrics,
+        regenerate_window: float,
+        clock: Callable[[], float],
+    ) -> None:
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
         self.regenerate_window = regenerate_window
 
@@ -112,8 +133,13 @@ class FeedbackReader:
 
 
 async def pending_best(
-    cache: SemanticCache, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy,
-    *, better_than: float | None,
+    cache: SemanticCache,
+    sig: Signature,
+    request: ChatRequest,
+    who: Identity,
+    policy: IntentPolicy,
+    *,
+    better_than: float | None,
 ) -> bool:
     """Would a pending answer (one still inside the feedback window) have been served? True when
     a visible pending record of the same intent scores at least ``accept`` and above the best
@@ -132,7 +158,9 @@ async def pending_best(
             and visible(key, who, policy.widen_to)
         )
 
-    found = dict(sorted(await cache.nearest(sig.vector, who, policy.widen_to, admit), key=lambda kv: kv[1]))
+    found: dict[int, float] = {}
+    for label, score in await cache.nearest(sig.vector, who, policy.widen_to, admit):
+        found[label] = max(score, found.get(label, -1.0))
     top = sorted(found.items(), key=lambda kv: -kv[1])[: cache.top_k]
     now = cache.clock()
     floor = max(policy.accept, -1.0 if better_than is None else better_than)

@@ -279,7 +279,9 @@ BROKEN = [
         set_path("intents.travel.scope", "team"), "intents.travel.scope", "session, user, tenant", id="bad-scope"
     ),
     pytest.param(
-        set_path("intents.code.verify_accept", 1.5), "intents.code.verify_accept", "outside [0, 1]",
+        set_path("intents.code.verify_accept", 1.5),
+        "intents.code.verify_accept",
+        "outside [0, 1]",
         id="verify-accept-above-one",
     ),
     pytest.param(
