@@ -118,7 +118,9 @@ async def test_half_hit_prefills_only_the_changed_turn(
     history_tokens = await tokens(past)
     print(
         f"\n[half-hit] cold miss: {first['upstream_cached_tokens']} cached; half-hit "
-        f"({changed['reason']}): {changed['upstream_cached_tokens']} cached of {history_tokens} history tokens"
+        f"({changed['reason']}): {changed['upstream_cached_tokens']} prompt tokens served from the engine's prefix"
+        f" cache; the shared history alone renders to {history_tokens} (the cached prefix also covers the"
+        " end of the last answer and the next turn's role header)"
     )
     assert changed["status"] == "half-hit"
     assert first["upstream_cached_tokens"] < 0.5 * history_tokens

@@ -177,7 +177,12 @@ async def test_changed_last_turn_reuses_the_history_prefix(http: httpx.AsyncClie
     await chat(http, [*history, {"role": "user", "content": "What should we eat there?"}])
     changed = await chat(http, [*history, {"role": "user", "content": "Is a day trip to Sintra worth it?"}])
     history_tokens = await count_tokens(http, history)
-    print(f"\n[engine] half-hit: {cached_tokens(changed)} cached of {history_tokens} history tokens")
+    # the cached prefix is what both prompts share, so it runs past the history (which renders
+    # without the end of its last answer) into the next turn's separator and role header
+    print(
+        f"\n[engine] half-hit: {cached_tokens(changed)} of {changed['usage']['prompt_tokens']} prompt tokens"
+        f" served from the engine's prefix cache; the shared history alone renders to {history_tokens}"
+    )
     assert cached_tokens(changed) >= FOLLOW_UP_SHARE * history_tokens
 
 
