@@ -102,11 +102,12 @@ def _readme_settings_rows() -> set[str]:
     text = README.read_text(encoding="utf-8")
     section = text[text.index("| setting | env |") :]
     table = section[: section.index("\n\n")]
-    names: set[str] = set()
+    names: list[str] = []
     for row in table.splitlines()[2:]:
         first_cell = row.split("|")[1]
-        names.update(re.findall(r"`([a-z_]+)`", first_cell))
-    return names
+        names.extend(re.findall(r"`([a-z_]+)`", first_cell))
+    assert len(names) == len(set(names)), "a setting in two rows"
+    return set(names)
 
 
 def test_every_setting_is_in_the_readme_table() -> None:
