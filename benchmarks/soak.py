@@ -1,0 +1,416 @@
+"""Soak: the proxy under load, upstream faults, bad input and kill -9, as one bounded run.
+
+    .venv/bin/python benchmarks/soak.py --quick        # <= 5 minutes
+    .venv/bin/python benchmarks/soak.py                # the full run (200 clients x 60 s, 20 kills)
+
+The proxy runs as its own process (``python -m proxy serve``) in front of benchmarks/soak_upstream.py
+on loopback; this process is the load generator. Phases:
+
+1. load: N clients (half streaming; 60 % of questions repeated across a tenant's sessions, so
+   hits, misses and half-hits mix) for T seconds; latency per cache status, errors, the proxy's RSS
+   and open file descriptors sampled every 5 s; every answer must carry the asking key's marker
+   (another key's answer is a cross-tenant hit).
+2. faults: each upstream fault, streamed and not: the client gets a clean error (or the stream
+   ends with an error event), the same request again is not served from the cache, and the proxy
+   stays healthy.
+3. fuzz: tests/http/test_bad_input_fuzz.py with ``SMARTCACHE_FUZZ_EXAMPLES`` generated requests.
+4. kill -9: writes under load, the proxy killed at a random moment, restarted; every record that
+   was ready is still ready, and ``PRAGMA integrity_check`` passes.
+
+The last line is machine-readable: ``errors=N ready_records_lost=N cross_tenant_hits=N ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).parent))
+from soak_upstream import FAULTS, Delays, Tally, soak_upstream
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = [f"sk-soak-tenant-{i}" for i in range(5)]
+FAQ = [
+    f"How do I {verb} my {thing}?"
+    for verb in ("reset", "change", "export", "delete", "share", "renew")
+    for thing in ("password", "invoice", "account", "subscription", "profile")
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    clients: int
+    seconds: float
+    kill_rounds: int
+    fuzz_examples: int
+
+
+@dataclass
+class Report:
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    cross_tenant_hits: int = 0
+    rss_mb: list[float] = field(default_factory=list)
+    fds: list[int] = field(default_factory=list)
+    faults_survived: int = 0
+    faults_tried: int = 0
+    fault_failures: list[str] = field(default_factory=list)
+    fuzz_cases: int = 0
+    server_errors_on_bad_input: int = 0
+    kill_rounds: int = 0
+    ready_records_lost: int = 0
+    integrity_failures: int = 0
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(what[:200])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ProxyProcess:
+    def __init__(self, upstream: str, data_dir: Path, env: dict[str, str]) -> None:
+        self.upstream, self.data_dir, self.env = upstream, data_dir, env
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = data_dir.parent / f"proxy-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, timeout: float = 180) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--upstream",
+            self.upstream,
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--ready-after",
+            "0",
+        ]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"proxy exited with {self.proc.returncode}; see {self.log}")
+                try:
+                    async with session.get(self.url + "/healthz", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.3)
+        raise RuntimeError(f"proxy did not become healthy in {timeout} s; see {self.log}")
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def rss_mb(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def fd_count(self) -> int:
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+
+async def ask(
+    session: aiohttp.ClientSession, url: str, key: str, sid: str, text: str, *, stream: bool, timeout: float = 60
+) -> tuple[int, str, str]:
+    """(HTTP status, x-cache-status, answer text or error body)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": stream}
+    headers = {"authorization": f"Bearer {key}", "x-smartcache-session": sid}
+    async with session.post(
+        url + "/v1/chat/completions", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+    ) as r:
+        raw = await r.text()
+        cache = r.headers.get("x-cache-status", "")
+        if r.status != 200 or not stream:
+            if r.status == 200:
+                return r.status, cache, json.loads(raw)["choices"][0]["message"]["content"]
+            return r.status, cache, raw
+        parts, failed = [], ""
+        for line in raw.splitlines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                failed = failed or json.dumps({"malformed_event": line[:80]})
+                continue
+            if "error" in event:
+                failed = json.dumps(event["error"])
+            else:
+                parts += [c["delta"].get("content") or "" for c in event.get("choices", [])]
+        return (599 if failed else 200), cache, failed or "".join(parts)
+
+
+async def load_phase(proxy: ProxyProcess, plan: Plan, report: Report, rng: random.Random) -> None:
+    deadline = time.monotonic() + plan.seconds
+    connector = aiohttp.TCPConnector(limit=0)
+
+    async def client(n: int, session: aiohttp.ClientSession) -> None:
+        key = KEYS[n % len(KEYS)]
+        turn = 0
+        while time.monotonic() < deadline:
+            turn += 1
+            repeat = rng.random() < 0.6
+            text = rng.choice(FAQ) if repeat else f"Client {n} asks question number {turn}: what is {rng.random():.6f}?"
+            sid = f"c{n}-t{turn}" if repeat else f"c{n}"
+            began = time.perf_counter()
+            try:
+                status, cache, answer = await ask(session, proxy.url, key, sid, text, stream=n % 2 == 0)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                report.error(f"{type(exc).__name__}: {exc}")
+                continue
+            if status != 200:
+                report.error(f"{status} {answer}")
+                continue
+            report.latencies.setdefault(cache, []).append((time.perf_counter() - began) * 1000)
+            if f"[for:{key}]" not in answer:
+                report.cross_tenant_hits += 1
+
+    async def sampler() -> None:
+        while time.monotonic() < deadline:
+            report.rss_mb.append(proxy.rss_mb())
+            report.fds.append(proxy.fd_count())
+            await asyncio.sleep(5)
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(sampler(), *(client(n, session) for n in range(plan.clients)))
+    report.rss_mb.append(proxy.rss_mb())
+    report.fds.append(proxy.fd_count())
+
+
+async def fault_phase(proxy: ProxyProcess, report: Report) -> None:
+    async with aiohttp.ClientSession() as session:
+        for fault in FAULTS:
+            for stream in (False, True):
+                if fault == "badsse" and not stream:
+                    continue  # an SSE fault only
+                report.faults_tried += 1
+                text = f"Tell me about faults, case {fault} {stream} {time.time_ns()} [fault:{fault}]"
+                try:
+                    status, _, _ = await ask(session, proxy.url, KEYS[0], f"fault-{fault}", text, stream=stream)
+                    again = await ask(session, proxy.url, KEYS[0], f"fault-{fault}", text, stream=stream)
+                    async with session.get(proxy.url + "/healthz") as health:
+                        healthy = health.status == 200
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {exc!r}"[:200])
+                    continue
+                cleaned = status >= 400 and again[1] != "hit" and healthy
+                if cleaned:
+                    report.faults_survived += 1
+                else:
+                    report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {status}, {again[1]}")
+
+
+def fuzz_phase(plan: Plan, report: Report, env: dict[str, str]) -> None:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/http/test_bad_input_fuzz.py"]
+    if plan.fuzz_examples == 0:
+        cmd += ["-k", "parser_and_identity"]  # the pure level only
+    done = subprocess.run(
+        cmd, cwd=ROOT, env={**env, "SMARTCACHE_FUZZ_EXAMPLES": str(plan.fuzz_examples)}, capture_output=True, text=True
+    )
+    report.fuzz_cases = 10_000 + plan.fuzz_examples  # the parser level runs 10,000 of its own
+    report.server_errors_on_bad_input = 0 if done.returncode == 0 else 1
+    if done.returncode != 0:
+        print(done.stdout[-3000:], file=sys.stderr)
+
+
+def ready_ids(db: Path) -> set[str]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return {row[0] for row in conn.execute("SELECT cache_id FROM records WHERE state = 'ready'")}
+
+
+async def kill_writer(
+    proxy: ProxyProcess, session: aiohttp.ClientSession, rng: random.Random, n: int, round_: int, stop: float
+) -> None:
+    i = 0
+    while time.monotonic() < stop:
+        i += 1
+        text = f"Round {round_} writer {n} question {i}: describe item {rng.random():.8f}"
+        try:
+            await ask(session, proxy.url, KEYS[n % len(KEYS)], f"k{round_}-{n}", text, stream=n % 2 == 1)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return  # the kill may land mid-request
+
+
+async def kill_phase(proxy: ProxyProcess, plan: Plan, report: Report, rng: random.Random) -> None:
+    db = proxy.data_dir / "cache.sqlite3"
+    for round_ in range(plan.kill_rounds):
+        await proxy.start()
+        stop = time.monotonic() + rng.uniform(1.0, 4.0)
+
+        async with aiohttp.ClientSession() as session:
+            writers = asyncio.gather(
+                *(kill_writer(proxy, session, rng, n, round_, stop) for n in range(8)), return_exceptions=True
+            )
+            await asyncio.sleep(max(0.0, stop - time.monotonic() - 0.2))
+            before = ready_ids(db) if db.exists() else set()
+            proxy.kill9()
+            await writers
+        await proxy.start()
+        after = ready_ids(db)
+        report.ready_records_lost += len(before - after)
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                report.integrity_failures += 1
+        proxy.stop()
+        report.kill_rounds += 1
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def print_report(plan: Plan, report: Report) -> None:
+    print(
+        f"\nsoak: {plan.clients} clients x {plan.seconds:.0f} s, {plan.kill_rounds} kill -9 rounds, "
+        f"{plan.fuzz_examples} HTTP fuzz cases"
+    )
+    print(f"{'status':10} {'requests':>9} {'p50 ms':>9} {'p99 ms':>9}")
+    for status, values in sorted(report.latencies.items()):
+        print(f"{status or '-':10} {len(values):9d} {statistics.median(values):9.1f} {pct(values, 0.99):9.1f}")
+    total = sum(len(v) for v in report.latencies.values())
+    print(f"requests {total}, errors {report.errors} {report.error_samples}")
+    if report.rss_mb:
+        print(
+            f"RSS MB start {report.rss_mb[0]:.0f} peak {max(report.rss_mb):.0f} end {report.rss_mb[-1]:.0f}; "
+            f"fds start {report.fds[0]} peak {max(report.fds)} end {report.fds[-1]}"
+        )
+    print(f"faults survived {report.faults_survived}/{report.faults_tried} {report.fault_failures}")
+    print(f"fuzz cases {report.fuzz_cases}, server errors on bad input {report.server_errors_on_bad_input}")
+    print(
+        f"kill -9 rounds {report.kill_rounds}, ready records lost {report.ready_records_lost}, "
+        f"integrity failures {report.integrity_failures}, cross-tenant hits {report.cross_tenant_hits}"
+    )
+    fields: dict[str, Any] = {
+        "errors": report.errors,
+        "ready_records_lost": report.ready_records_lost,
+        "cross_tenant_hits": report.cross_tenant_hits,
+        "server_errors_on_bad_input": report.server_errors_on_bad_input,
+        "faults_failed": report.faults_tried - report.faults_survived,
+        "integrity_failures": report.integrity_failures,
+        "kill_rounds": report.kill_rounds,
+        "fuzz_cases": report.fuzz_cases,
+        "requests": total,
+        "rss_peak_mb": round(max(report.rss_mb), 1) if report.rss_mb else 0,
+    }
+    print(" ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+async def run(plan: Plan, args: argparse.Namespace) -> int:
+    # the upstream's own access and 'client went away' noise is expected here: faults cut requests
+    logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
+    rng = random.Random(args.seed)
+    report = Report()
+    tally = Tally()
+    delays = Delays(first_byte=(0.05, 0.5), per_chunk=0.02, hang=args.upstream_timeout + 5)
+    runner = web.AppRunner(soak_upstream(delays, tally, rng))
+    await runner.setup()
+    up_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", up_port).start()
+    work = Path(tempfile.mkdtemp(prefix="smartcache-soak-"))
+    env = {
+        **os.environ,
+        "SMARTCACHE_UPSTREAM_TIMEOUT": str(args.upstream_timeout),
+        "SMARTCACHE_REGENERATE_WINDOW": "0",
+        "SMARTCACHE_LOG_LEVEL": "warning",
+    }
+    if args.model_home:
+        env["SMARTCACHE_MODEL_HOME"] = str(args.model_home)
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    proxy = ProxyProcess(upstream, work / "load", env)
+    try:
+        await proxy.start()
+        print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
+        await load_phase(proxy, plan, report, rng)
+        print("faults ...", file=sys.stderr)
+        await fault_phase(proxy, report)
+        proxy.stop()
+        print("fuzz ...", file=sys.stderr)
+        fuzz_phase(plan, report, env)
+        print(f"kill -9 x {plan.kill_rounds} ...", file=sys.stderr)
+        await kill_phase(ProxyProcess(upstream, work / "kill", env), plan, report, rng)
+    finally:
+        proxy.stop()
+        await runner.cleanup()
+    print_report(plan, report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.__dict__, indent=2, default=str), encoding="utf-8")
+    bad = report.errors or report.ready_records_lost or report.cross_tenant_hits or report.server_errors_on_bad_input
+    return 1 if bad or report.integrity_failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="50 clients x 30 s, 3 kills, 300 fuzz cases (<= 5 min)")
+    ap.add_argument("--clients", type=int)
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--kills", type=int)
+    ap.add_argument("--fuzz", type=int)
+    ap.add_argument("--upstream-timeout", type=float, default=3.0, help="the proxy's upstream timeout (seconds)")
+    ap.add_argument("--model-home", type=Path, default=ROOT / ".smartcache", help="where the embedding pack lives")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json", help="write the report as JSON here")
+    args = ap.parse_args(argv)
+    base = Plan(50, 30, 3, 300) if args.quick else Plan(200, 60, 20, 10_000)
+    plan = Plan(
+        args.clients or base.clients,
+        args.seconds or base.seconds,
+        args.kills if args.kills is not None else base.kill_rounds,
+        args.fuzz if args.fuzz is not None else base.fuzz_examples,
+    )
+    return asyncio.run(run(plan, args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
