@@ -233,3 +233,22 @@ async def test_passthrough_over_its_own_limit_is_413_in_openai_format(
     assert "passthrough_max_body_bytes" in resp.json()["error"]["message"]
     if declared:  # the declared length alone is refused before anything goes upstream
         assert honest.uploads == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_upstream_response_headers_reach_the_client_on_a_half_hit(
+    make_proxy: ProxyFactory, honest: Relaying, stream: bool
+) -> None:
+    """A code question asked again in other words: the shipped policy never serves code answers
+    directly (direct_hit: false), so the stored one makes a half-hit."""
+    proxy = await make_proxy(upstream=honest.url, debug_headers=True)
+    client = proxy.client(**{"x-smartcache-session": f"code-{stream}", "x-smartcache-debug": "1"})
+    first = "Write a Python function that reverses a linked list."
+    again = "Write a Python function to reverse a linked list."
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": first}])
+    raw = await client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": again}], stream=stream
+    )
+    assert raw.headers["x-cache-status"] == "half-hit", raw.headers.get("x-smartcache-reason")
+    for name, value in UPSTREAM_HEADERS.items():
+        assert raw.headers.get(name) == value, name
