@@ -112,10 +112,14 @@ def test_shipped_thresholds_are_calibrated_and_keep_the_risk_order(shipped: Poli
         assert not intent.cache and intent.force
 
 
-def test_shipped_pools_are_per_session_except_chitchat(shipped: Policy) -> None:
+SHARED_BY_THE_TENANT = {"general", "chitchat", "customer_support", "after_sales", "refund", "travel", "shopping"}
+
+
+def test_shipped_pools_widen_to_the_tenant_only_where_answers_do_not_depend_on_the_user(shipped: Policy) -> None:
     for intent in shipped.intents.values():
         assert intent.scope == "session" and not intent.global_safe
-        assert intent.pools == (("session", "user", "tenant") if intent.name == "chitchat" else ("session",))
+        widened = intent.name in SHARED_BY_THE_TENANT
+        assert intent.pools == (("session", "user", "tenant") if widened else ("session",)), intent.name
 
 
 def test_shipped_exemplars_are_not_forced_into_another_intent(shipped: Policy) -> None:

@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
+from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
 from proxy.model import RecordState
 from proxy.parts import load_policy_for
@@ -178,7 +179,7 @@ async def reset_session(request: web.Request) -> web.Response:
 async def feedback(request: web.Request) -> web.Response:
     body = await _json_body(request)
     kind = body.get("feedback")
-    if kind not in ("positive", "negative", "regenerate"):
+    if kind not in THUMBS:
         raise InvalidRequest("'feedback' must be positive, negative or regenerate", param="feedback")
     chat = request.app[keys.CHAT]
     cache_id = body.get("cache_id") or chat.responses.get(str(body.get("response_id", "")))
@@ -187,10 +188,7 @@ async def feedback(request: web.Request) -> web.Response:
     cache = request.app[keys.CACHE]
     if await cache.store.get(cache_id) is None:
         raise NotFound("no record for that cache_id")
-    if kind == "positive":
-        await cache.reward(cache_id)
-    else:
-        await cache.penalise(cache_id)
+    await thumb(cache, cache_id, kind)
     updated = await cache.store.get(cache_id)
     return web.json_response(
         {

@@ -15,7 +15,7 @@ from proxy.storage.sqlite import SqliteStore
 from proxy.tools.calibrate import calibrate, fold_of, held_out, upper_bound, write_policy
 from proxy.tools.datasets.traces import Conversation, Turn
 from proxy.tools.replay import Row, run_replay, summarize
-from proxy.tools.warm import warm
+from proxy.tools.warm import WarmTarget, warm
 
 SYSTEM = "You are a helpful assistant."
 
@@ -153,8 +153,8 @@ async def test_warm_twice_writes_each_record_once(
         conv("past-2", Turn("How do I boil an egg?", "K3", "Ten minutes in boiling water.")),
     ]
     settings = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
-    assert await warm(past, settings) == (3, 0)
-    assert await warm(past, settings) == (0, 3)
+    assert await warm(past, settings, target=WarmTarget(model="m")) == (3, 0)
+    assert await warm(past, settings, target=WarmTarget(model="m")) == (0, 3)
     store = await SqliteStore.open(settings.db_path)
     try:
         records = [r async for r in store.iter_live()]
