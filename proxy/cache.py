@@ -7,9 +7,10 @@ pools, and every candidate row read from the store is checked again before it ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from proxy.identity import Identity
 from proxy.model import Candidate, Decision, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
-from proxy.storage.base import IndexKey, RecordStore, Ref, Selector
+from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import Pools
 from proxy.text.normalize import system_prompt_version
@@ -138,6 +139,21 @@ class SemanticCache:
         self.forget([ref.label for ref in refs])
         return refs
 
+    async def adopt(self, rows: Sequence[IndexRow]) -> int:
+        """Put records written elsewhere (another replica sharing the store) into the index; labels
+        already in it are left alone. Returns how many were added."""
+        async with self._index_lock:
+            new = [r for r in rows if r.vector is not None and r.label not in self.pools.keys]
+            if not new:
+                return 0
+            matrix = np.frombuffer(b"".join(r.vector or b"" for r in new), dtype=np.float32).reshape(len(new), -1)
+            await asyncio.to_thread(self.index.add, [r.label for r in new], matrix)
+            for row, vector in zip(new, matrix, strict=True):
+                self.pools.add(row.label, row.key)
+                if self._rebuild is not None:
+                    self._rebuild.added.append((row.label, vector, row.key))
+        return len(new)
+
     def forget(self, labels: list[int]) -> None:
         """Take records out of the index and its filter maps. Call after the store no longer has them
         live, so a concurrent rebuild cannot read them back."""
@@ -221,12 +237,17 @@ class SemanticCache:
         return decision
 
     async def served(self, record: Record, who: Identity, sig: Signature) -> None:
-        await self.store.record_hit(record.cache_id, self.clock())
-        await self.store.set_session_last(who.tenant, who.session, SessionLast(record.cache_id, True, sig.request_hash))
+        """Count the hit and remember it as the session's last answer. Best effort: the answer is in
+        hand, and a store gone since the lookup must not cost the client its reply."""
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.record_hit(record.cache_id, self.clock())
+            last = SessionLast(record.cache_id, True, sig.request_hash)
+            await self.store.set_session_last(who.tenant, who.session, last)
 
     async def note_unstored(self, who: Identity, sig: Signature) -> None:
         """An answer we did not store still becomes the session's last: a regenerate of it is known."""
-        await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, sig.request_hash))
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, sig.request_hash))
 
     async def write(
         self,

@@ -114,7 +114,16 @@ class Lifecycle:
                 await self.tick()
             except Exception:
                 log.exception("lifecycle.tick_failed")
+            stop_if_cancelled()
             await asyncio.sleep(interval)
+
+
+def stop_if_cancelled() -> None:
+    """Raise a cancellation that a client library absorbed: redis-py 8 can return normally from a
+    command cancelled mid-flight, and a loop that only ever sleeps and retries would never stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 @contextlib.asynccontextmanager

@@ -22,8 +22,10 @@ from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
-from proxy.storage.base import RecordStore, Selector
+from proxy.storage.base import RecordStore, Selector, StoreUnavailable
+from proxy.storage.feed import ChangeFeed
 from proxy.storage.hnsw import HnswIndex
+from proxy.storage.redis import RedisStore
 from proxy.storage.sqlite import SqliteStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
@@ -78,7 +80,30 @@ async def load_backend(s: Settings) -> SyncEmbedder:
 
 async def open_store(s: Settings) -> RecordStore:
     """The record store the settings name; the one place a backend is chosen."""
+    if s.store == "redis":
+        try:
+            return await RedisStore.open(s.redis_url)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"store: redis at {s.redis_url} cannot be reached at start ({exc})") from exc
     return await SqliteStore.open(s.db_path)
+
+
+@contextlib.asynccontextmanager
+async def following(store: RecordStore, cache: SemanticCache) -> AsyncIterator[ChangeFeed | None]:
+    """For a store other replicas write to: the change feed that keeps this replica's index level,
+    positioned before the index reads the records and running until the parts close."""
+    if not isinstance(store, RedisStore):
+        yield None
+        return
+    feed = ChangeFeed(store, cache)
+    await feed.start()
+    task = asyncio.create_task(feed.run(), name="change-feed")
+    try:
+        yield feed
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @contextlib.asynccontextmanager
@@ -101,6 +126,7 @@ async def open_parts(
         raise
     upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
     prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
+    stack = contextlib.AsyncExitStack()
     try:
         classifier = await IntentClassifier.build(policy, embedder)
         cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
@@ -109,6 +135,8 @@ async def open_parts(
         stale = await cache.retire(Selector(other_policy_version=policy.version))
         if stale:
             log.info("cache.policy_version_invalidated", records=len(stale), version=policy.version)
+        # the feed starts before the records are read, so what is written meanwhile is not missed
+        await stack.enter_async_context(following(store, cache))
         loaded = await cache.load(
             snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
         )
@@ -136,6 +164,7 @@ async def open_parts(
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded)
         await _save_snapshot(cache.index, s.index_snapshot_path, stamp)
     finally:
+        await stack.aclose()  # the feed, before the store it reads
         await prewarmer.close()  # its tasks use the upstream client: cancel them first
         await upstream.close()
         await embedder.close()

@@ -50,6 +50,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     data_dir: Path = field(default_factory=lambda: Path(".smartcache"))
+    # where records live: "sqlite" (data_dir, one replica) or "redis" (redis_url, shared by replicas)
+    store: str = "sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
     policy: Path | None = None  # None: the shipped policy for the embedding pack (shipped_policy)
     embedding_model: str = "e5-small-multilingual"
     model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
@@ -137,6 +140,8 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
     checks = [
         ("upstream_flavour", s.upstream_flavour in FLAVOURS, f"one of {', '.join(FLAVOURS)}"),
         ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
+        ("store", s.store in ("sqlite", "redis"), "sqlite or redis"),
+        ("redis_url", s.redis_url.startswith(("redis://", "rediss://", "unix://")), "a redis:// URL"),
         ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
         ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
         ("passthrough_max_body_bytes", s.passthrough_max_body_bytes >= 1024, ">= 1024"),

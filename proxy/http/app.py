@@ -106,6 +106,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
         s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS], backend=app.get(BACKEND)
     ) as parts:
         app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
+        app[keys.TENANT_SALT] = await parts.cache.store.tenant_salt(app[keys.TENANT_SALT])  # one across replicas
         app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
         app[keys.CHAT] = parts.chat
         lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge, Capacity(s.max_records, s.max_answer_bytes))

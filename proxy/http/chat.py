@@ -29,6 +29,7 @@ from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.policy import IntentPolicy, Policy
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, LruDict
+from proxy.storage.base import StoreUnavailable
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, chat_headers, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
@@ -170,9 +171,12 @@ class ChatService:
         return Plan(decision.status, decision.reason, sig, policy, decision)
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
-        plan = await self.plan(
-            req, who, system_version=http.headers.get("x-smartcache-system-version"), stages=out.stages
-        )
+        try:
+            plan = await self.plan(
+                req, who, system_version=http.headers.get("x-smartcache-system-version"), stages=out.stages
+            )
+        except StoreUnavailable:  # a shared store that is down costs the cache, never the request
+            plan = Plan(Status.BYPASS, "store_unavailable")
         out.signature, out.decision = plan.signature, plan.decision
         if plan.signature is not None:
             out.intent = plan.signature.tags.intent
@@ -439,15 +443,19 @@ class ChatService:
             return
         sig, policy = store
         t = time.perf_counter()
-        record = await self.cache.write(
-            request=req,
-            who=who,
-            sig=sig,
-            policy=policy,
-            policy_version=self.policy_box.policy.version,
-            answer=answer,
-            usage=usage,
-        )
+        try:
+            record = await self.cache.write(
+                request=req,
+                who=who,
+                sig=sig,
+                policy=policy,
+                policy_version=self.policy_box.policy.version,
+                answer=answer,
+                usage=usage,
+            )
+        except StoreUnavailable:  # the answer is relayed already; it is just not kept
+            out.reason += ":store_unavailable"
+            return
         out.stages["store"] = time.perf_counter() - t
         out.stored, out.cache_id = True, record.cache_id
         if out.response_id:

@@ -177,6 +177,11 @@ class RecordStore(Protocol):
         a store created afresh, whose labels restart, never adopts them."""
         ...
 
+    async def tenant_salt(self, proposed: str) -> str:
+        """The salt tenant ids are hashed with. A store shared by replicas keeps the first one
+        proposed, so every replica names a tenant alike; one of a single replica takes its own."""
+        ...
+
     async def claim_embedding(self, model: str, dim: int) -> None:
         """Stamp an empty store with the embedding model, or raise ``StoreMismatch`` for one written
         with another: vectors of two models are not comparable even at the same dimension."""

@@ -177,6 +177,9 @@ class SqliteStore:
         await self._db.commit()
         return minted
 
+    async def tenant_salt(self, proposed: str) -> str:
+        return proposed  # one replica: the salt file in its data_dir is the one in force
+
     async def claim_embedding(self, model: str, dim: int) -> None:
         stamp = f"{model} dim={dim}"
         have = await self._one("SELECT value FROM meta WHERE key = 'embedding'")

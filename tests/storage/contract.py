@@ -225,5 +225,9 @@ class RecordStoreContract:
         with pytest.raises(StoreMismatch):
             await store.claim_embedding("model-a", DIM)
 
+    async def test_tenant_salt_is_one_per_store(self, store: RecordStore) -> None:
+        first = await store.tenant_salt("salt-a")
+        assert first == "salt-a" and await store.tenant_salt("salt-a") == "salt-a"
+
     def test_live_states_are_the_default_selection(self) -> None:
         assert Selector().states == LIVE_STATES

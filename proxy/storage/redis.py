@@ -1,0 +1,360 @@
+"""The Redis record store: several proxy replicas share one cache, one feedback state and one
+invalidation history through one Redis 7 server (no modules needed).
+
+Records are hashes; sorted sets and sets index them by state, time, tenant, session and intent
+(see ``redis_lua``); every change of a record's life (insert, state change, delete) is one Lua
+script, atomic on the server, that also appends an event to a stream. Each replica keeps its own
+HNSW index and applies that stream (``proxy.storage.feed``). Redis errors leave this module as
+``StoreUnavailable``: the proxy then forwards uncached instead of failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from proxy.model import Record, RecordState, SessionLast
+from proxy.storage import redis_lua
+from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
+from proxy.storage.redis_codec import (
+    DEAD,
+    INDEX,
+    INDEX_TAIL,
+    LIVE,
+    META,
+    Changes,
+    Event,
+    as_labels,
+    before,
+    decode,
+    encode,
+    index_row,
+    pairs,
+    states_arg,
+    text,
+)
+
+BATCH = 500  # records per pipeline or script call
+STREAM_MAXLEN = 100_000  # events kept; a replica further behind rebuilds from the records
+BACKSTOP_SECONDS = 7 * 86400.0  # a record's hash outlives its TTL by this, then Redis drops it
+SESSION_LAST_SECONDS = 7 * 86400.0
+ErrorTypes = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+
+@contextlib.contextmanager
+def _unavailable() -> Iterator[None]:
+    try:
+        yield
+    except ErrorTypes as exc:
+        raise StoreUnavailable(f"redis: {exc}") from exc
+
+
+class RedisStore:
+    """``RecordStore`` on one Redis server, shared by every replica that names it."""
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "sc:", stream_maxlen: int = STREAM_MAXLEN) -> None:
+        self._r = client
+        self.prefix = prefix
+        self.stream_maxlen = stream_maxlen
+        self._insert = client.register_script(redis_lua.INSERT)
+        self._set_state = client.register_script(redis_lua.SET_STATE)
+        self._delete = client.register_script(redis_lua.DELETE)
+        self._dangling = client.register_script(redis_lua.DANGLING)
+        self._hit = client.register_script(redis_lua.HIT)
+        self._feedback = client.register_script(redis_lua.FEEDBACK)
+        self._purge_last = client.register_script(redis_lua.PURGE_SESSION_LAST)
+
+    @classmethod
+    async def open(cls, url: str, *, prefix: str = "sc:", timeout: float = 2.0) -> RedisStore:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=15
+        )
+        with _unavailable():
+            await client.ping()
+        return cls(client, prefix=prefix)
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+    def _k(self, name: str) -> str:
+        return self.prefix + name
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._r.ping())
+        except ErrorTypes:
+            return False
+
+    async def store_id(self) -> str:
+        with _unavailable():
+            await self._r.hsetnx(self._k("meta"), "store_id", uuid.uuid4().hex)
+            return text(await self._r.hget(self._k("meta"), "store_id"))
+
+    async def tenant_salt(self, proposed: str) -> str:
+        with _unavailable():
+            await self._r.hsetnx(self._k("meta"), "tenant_salt", proposed)
+            return text(await self._r.hget(self._k("meta"), "tenant_salt"))
+
+    async def claim_embedding(self, model: str, dim: int) -> None:
+        stamp = f"{model} dim={dim}"
+        with _unavailable():
+            if await self._r.hsetnx(self._k("meta"), "embedding", stamp):
+                return
+            have = text(await self._r.hget(self._k("meta"), "embedding"))
+            if have == stamp:
+                return
+            count = int(await self._r.zcard(self._k("all")))
+            if count:
+                raise StoreMismatch(
+                    f"redis {self.prefix!r}: the cache holds {count} records embedded with {have}, but this run "
+                    f"embeds with {stamp}; vectors of different models cannot be compared. Run with the model "
+                    "the cache was built with or use another redis key prefix or database"
+                )
+            await self._r.hset(self._k("meta"), "embedding", stamp)
+
+    async def insert(self, record: Record) -> int:
+        fields = encode(record)
+        # the sweeper deletes an expired record (and tells every replica); Redis expiry is the backstop
+        # for a cache no replica sweeps any more, so it never drops a record before its TTL
+        now = time.time()
+        backstop = int((min(max(record.expires_at, now), now + 3650 * 86400.0) + BACKSTOP_SECONDS) * 1000)
+        args: list[bytes | str | int] = [self.prefix, self.stream_maxlen, backstop, record.cache_id, record.tenant]
+        args += [record.session, record.intent, str(record.state), str(record.scope), fields["answer_bytes"]]
+        args += [repr(record.created_at), repr(record.ready_at), repr(record.expires_at)]
+        for name, value in fields.items():
+            args += [name, value]
+        with _unavailable():
+            return int(await self._insert(args=args))
+
+    async def _hashes(self, labels: Sequence[int], fields: Sequence[str] | None = None) -> list[dict[bytes, bytes]]:
+        """The hashes of these labels in order, an empty dict where a label has none."""
+        out: list[dict[bytes, bytes]] = []
+        with _unavailable():
+            for i in range(0, len(labels), BATCH):
+                pipe = self._r.pipeline(transaction=False)
+                for label in labels[i : i + BATCH]:
+                    if fields is None:
+                        pipe.hgetall(self._k(f"r:{label}"))
+                    else:
+                        pipe.hmget(self._k(f"r:{label}"), list(fields))
+                for got in await pipe.execute():
+                    if fields is None:
+                        out.append(dict(got))
+                    else:
+                        out.append({f.encode(): v for f, v in zip(fields, got, strict=True) if v is not None})
+        return out
+
+    async def get(self, cache_id: str) -> Record | None:
+        with _unavailable():
+            label = await self._r.hget(self._k("id"), cache_id)
+        if label is None:
+            return None
+        found = await self.get_many([int(label)])
+        return found[0] if found else None
+
+    async def get_many(self, labels: Sequence[int]) -> list[Record]:
+        return [decode(h) for h in await self._hashes(list(labels)) if h]
+
+    async def _candidates(self, sel: Selector) -> tuple[list[int], str]:
+        """Labels that may match (a superset, from the narrowest index at hand) and the set they
+        came from, so labels whose hash Redis expired can be cleaned from it."""
+        r, k = self._r, self._k
+        states = None if sel.states is None else frozenset(sel.states)
+        with _unavailable():
+            if sel.labels is not None:
+                return list(sel.labels), ""
+            if sel.cache_ids is not None:
+                if not sel.cache_ids:
+                    return [], ""
+                got = await r.hmget(k("id"), list(sel.cache_ids))
+                return [int(v) for v in got if v is not None], ""
+            for key, wanted in (
+                (f"s:{sel.tenant}\x1f{sel.session}", sel.tenant is not None and sel.session is not None),
+                (f"t:{sel.tenant}", sel.tenant is not None),
+                (f"i:{sel.intent}", sel.intent is not None),
+            ):
+                if wanted:
+                    return as_labels(await r.smembers(k(key))), k(key)
+            if states is not None and states <= LIVE:
+                if sel.expired_before is not None:
+                    return as_labels(await r.zrangebyscore(k("exp"), "-inf", sel.expired_before)), ""
+                if states == {RecordState.PENDING} and sel.ready_before is not None:
+                    return as_labels(await r.zrangebyscore(k("pending"), "-inf", sel.ready_before)), ""
+                return as_labels(await r.zrange(k("live"), 0, -1)), ""
+            if states is not None and states <= DEAD:
+                top = "+inf" if sel.created_before is None else sel.created_before
+                return as_labels(await r.zrangebyscore(k("dead"), "-inf", top)), ""
+            return as_labels(await r.zrange(k("all"), 0, -1)), ""
+
+    async def _select(self, sel: Selector) -> list[Record]:
+        """Selected records, large fields left empty, newest first."""
+        labels, source = await self._candidates(sel)
+        labels = sorted(set(labels), reverse=True)
+        metas = await self._hashes(labels, META)
+        gone = [label for label, h in zip(labels, metas, strict=True) if not h]
+        if gone:
+            await self._clean(gone, source)
+        return [r for r in (decode(h) for h in metas if h) if sel.matches(r)]
+
+    async def _clean(self, labels: Sequence[int], source: str) -> None:
+        with _unavailable():
+            for i in range(0, len(labels), BATCH):
+                await self._dangling(args=[self.prefix, self.stream_maxlen, source, *labels[i : i + BATCH]])
+
+    async def find(self, selector: Selector, *, limit: int | None = None) -> list[Record]:
+        chosen = await self._select(selector)
+        labels = [r.label for r in chosen[:limit] if r.label is not None]
+        full = {r.label: r for r in await self.get_many(labels)}
+        return [full[label] for label in labels if label in full]
+
+    async def refs(self, selector: Selector) -> list[Ref]:
+        return [Ref(r.label or 0, r.cache_id) for r in await self._select(selector)]
+
+    async def set_state(self, selector: Selector, state: RecordState) -> list[Ref]:
+        labels = [r.label for r in await self._select(selector) if r.label is not None]
+        out: list[Ref] = []
+        with _unavailable():
+            for i in range(0, len(labels), BATCH):
+                args: list[Any] = [self.prefix, self.stream_maxlen, str(state), states_arg(selector.states)]
+                out += pairs(await self._set_state(args=[*args, *labels[i : i + BATCH]]))
+        return out
+
+    async def promote_due(self, now: float) -> list[Ref]:
+        return await self.set_state(Selector(states=(RecordState.PENDING,), ready_before=now), RecordState.READY)
+
+    async def delete(self, selector: Selector) -> list[Ref]:
+        labels = [r.label for r in await self._select(selector) if r.label is not None]
+        out: list[Ref] = []
+        with _unavailable():
+            for i in range(0, len(labels), BATCH):
+                args: list[Any] = [self.prefix, self.stream_maxlen, states_arg(selector.states), *labels[i : i + BATCH]]
+                out += pairs(await self._delete(args=args))
+        return out
+
+    async def record_hit(self, cache_id: str, now: float) -> None:
+        with _unavailable():
+            await self._hit(args=[self.prefix, cache_id, repr(now)])
+
+    async def add_feedback(self, cache_id: str, delta: float) -> float | None:
+        with _unavailable():
+            score = await self._feedback(args=[self.prefix, cache_id, repr(delta)])
+        return None if score is None else float(score)
+
+    def _last_key(self, tenant: str, session: str) -> str:
+        return self._k(f"last:{tenant}\x1f{session}")
+
+    async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
+        at = last.at or time.time()
+        key = self._last_key(tenant, session)
+        mapping = {"cache_id": last.cache_id, "served": int(last.served), "request_hash": last.request_hash, "at": at}
+        with _unavailable():
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+            pipe.expire(key, int(SESSION_LAST_SECONDS))
+            pipe.zadd(self._k("last_at"), {key: at})
+            await pipe.execute()
+
+    async def session_last(self, tenant: str, session: str) -> SessionLast | None:
+        with _unavailable():
+            h: Any = await self._r.hgetall(self._last_key(tenant, session))
+        if not h:
+            return None
+        return SessionLast(text(h[b"cache_id"]), h[b"served"] == b"1", text(h[b"request_hash"]), float(h[b"at"]))
+
+    async def purge_session_last(self, before: float) -> int:
+        with _unavailable():
+            return int(await self._purge_last(args=[self.prefix, repr(before)]))
+
+    async def _livelabels(self) -> list[int]:
+        with _unavailable():
+            return as_labels(await self._r.zrange(self._k("live"), 0, -1))
+
+    async def iter_live(self) -> AsyncIterator[Record]:
+        labels = await self._livelabels()
+        for i in range(0, len(labels), BATCH):
+            for record in await self.get_many(labels[i : i + BATCH]):
+                if record.state in LIVE:
+                    yield record
+
+    async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]:
+        """The live ones of these labels as the index sees them (a replica applying the stream)."""
+        fields = (*INDEX, *INDEX_TAIL) if vectors else (*(f for f in INDEX if f != "vector"), *INDEX_TAIL)
+        return [index_row(h) for h in await self._hashes(labels, fields) if h and text(h[b"state"]) in LIVE]
+
+    async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
+        labels = await self._livelabels()
+        for i in range(0, len(labels), BATCH):
+            for row in await self.index_rows(labels[i : i + BATCH], vectors=vectors):
+                yield row
+
+    async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]:
+        ordered = sorted(labels)
+        found = await self._hashes(ordered, ("vector",))
+        return [(label, bytes(h[b"vector"])) for label, h in zip(ordered, found, strict=True) if h]
+
+    async def usage(self) -> list[Usage]:
+        labels = await self._livelabels()
+        fields = ("label", "cache_id", "last_hit_at", "created_at", "hit_count", "answer_bytes")
+        out = []
+        for h in await self._hashes(labels, fields):
+            if h:
+                last_use = max(float(h[b"last_hit_at"]), float(h[b"created_at"]))
+                out.append(
+                    Usage(
+                        int(h[b"label"]),
+                        h[b"cache_id"].decode(),
+                        last_use,
+                        int(h[b"hit_count"]),
+                        int(h[b"answer_bytes"]),
+                    )
+                )
+        return out
+
+    async def counts(self) -> list[Count]:
+        with _unavailable():
+            raw: Any = await self._r.hgetall(self._k("counts"))
+        out = []
+        for name, n in raw.items():
+            if int(n) > 0:
+                state, scope, intent = name.decode().split("\x1f")
+                out.append(Count(state, scope, intent, int(n)))
+        return out
+
+    async def answer_bytes(self) -> int:
+        with _unavailable():
+            return int(await self._r.get(self._k("bytes")) or 0)
+
+    async def stream_position(self) -> str:
+        """The id of the newest event ("0-0" for none): a replica that has read every record applies
+        the stream from here."""
+        with _unavailable():
+            info = await self._r.xinfo_stream(self._k("events")) if await self._r.exists(self._k("events")) else {}
+        last = info.get("last-generated-id", b"0-0") if info else b"0-0"
+        return last.decode() if isinstance(last, bytes) else str(last)
+
+    async def changes(self, after: str, *, block_ms: int = 1000, count: int = 1000) -> Changes:
+        """Events after ``after``, waiting up to ``block_ms`` for the first. ``trimmed`` when the
+        stream has dropped an event after ``after``: the reader missed it and must rebuild."""
+        key = self._k("events")
+        with _unavailable():
+            if await self._r.exists(key):
+                # trimming leaves no record of the ids it dropped, only of how many: a reader
+                # before the first kept entry may have missed one (or, at worst, rebuilds needlessly)
+                info = await self._r.xinfo_stream(key)
+                dropped = int(info.get("entries-added", 0)) - int(info.get("length", 0))
+                first = info.get("first-entry")
+                if dropped > 0 and first and before(after, first[0].decode()):
+                    return Changes((), after, trimmed=True)
+            got: Any = await self._r.xread({key: after}, count=count, block=block_ms)
+        events = []
+        for _, entries in got or []:
+            for raw_id, fields in entries:
+                op, state = text(fields.get(b"op")), text(fields.get(b"state"))
+                events.append(Event(raw_id.decode(), op, int(fields[b"label"]), state))
+        return Changes(tuple(events), events[-1].id if events else after, trimmed=False)

@@ -1,0 +1,149 @@
+"""How records and events are written in Redis: a record is a hash of its fields (floats as their
+exact repr, tags as JSON, vectors as raw float32 bytes, a None user as no field), and every reply
+is read back through these helpers, whatever redis-py's loose reply types say."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.model import LIVE_STATES, Record, RecordState
+from proxy.storage.base import IndexKey, IndexRow, Ref
+
+LIVE = frozenset(LIVE_STATES)
+DEAD = frozenset({RecordState.REJECTED, RecordState.INVALID})
+JSON = ("coarse_tags", "key_facts")
+BLOBS = ("vector", "qvector")
+FLOATS = ("created_at", "ready_at", "expires_at", "last_hit_at", "feedback_score")
+INTS = ("hit_count", "prompt_tokens", "completion_tokens", "label")
+# what a selector reads of a record: every field but the large ones
+META = (
+    "label",
+    "cache_id",
+    "tenant",
+    "user",
+    "scope",
+    "session",
+    "namespace",
+    "context_fingerprint",
+    "intent",
+    "model",
+    "system_prompt_version",
+    "policy_version",
+    "request_hash",
+    "state",
+    "created_at",
+    "ready_at",
+    "expires_at",
+)
+INDEX = ("label", "vector", "answer_bytes", "tenant", "session", "user", "scope", "model")
+INDEX_TAIL = ("system_prompt_version", "namespace", "intent", "state")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the change stream: what happened to which label."""
+
+    id: str
+    op: str  # insert | state | delete
+    label: int
+    state: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Changes:
+    events: tuple[Event, ...]
+    last_id: str
+    trimmed: bool  # events after the position asked for were dropped: rebuild from the records
+
+
+def text(v: bytes | str | None) -> str:
+    return "" if v is None else v if isinstance(v, str) else v.decode()
+
+
+def as_labels(values: Any) -> list[int]:
+    """Labels from a reply (redis-py types replies loosely: bytes or str by connection option)."""
+    return [int(v) for v in values]
+
+
+def encode(record: Record) -> dict[str, bytes | str]:
+    out: dict[str, bytes | str] = {}
+    for f in dataclasses.fields(Record):
+        value = getattr(record, f.name)
+        if f.name == "label" or (f.name == "user" and value is None):
+            continue
+        if f.name in JSON:
+            out[f.name] = orjson.dumps(value)
+        elif f.name in BLOBS:
+            out[f.name] = bytes(value)
+        elif isinstance(value, float):
+            out[f.name] = repr(value)
+        else:
+            out[f.name] = str(value)
+    out["answer_bytes"] = str(len(record.answer_text.encode()))
+    return out
+
+
+def decode(h: Mapping[bytes, bytes]) -> Record:
+    """A record from its hash, or from part of it: fields not read are left empty (selection)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Record):
+        raw = h.get(f.name.encode())
+        if raw is None:
+            if f.name == "user":
+                values["user"] = None
+            elif f.name in BLOBS:
+                values[f.name] = b""
+            elif f.name in JSON:
+                values[f.name] = {}
+            elif f.name == "answer_text":
+                values[f.name] = ""
+            continue
+        if f.name in JSON:
+            values[f.name] = orjson.loads(raw)
+        elif f.name in BLOBS:
+            values[f.name] = bytes(raw)
+        elif f.name in FLOATS:
+            values[f.name] = float(raw)
+        elif f.name in INTS:
+            values[f.name] = int(raw)
+        else:
+            values[f.name] = raw.decode()
+    return Record(**values)
+
+
+def states_arg(states: tuple[RecordState, ...] | None) -> str:
+    """States as the scripts take them: a comma list, empty for any, "-" for none."""
+    return "" if states is None else ",".join(str(s) for s in states) or "-"
+
+
+def pairs(flat: Sequence[bytes]) -> list[Ref]:
+    """Refs from a script's flat reply: label, cache id, label, cache id..."""
+    return [Ref(int(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
+
+
+def before(a: str, b: str) -> bool:
+    """Is stream id ``a`` strictly before ``b``?"""
+    ta, sa = (int(x) for x in a.split("-"))
+    tb, sb = (int(x) for x in b.split("-"))
+    return (ta, sa) < (tb, sb)
+
+
+def index_row(h: Mapping[bytes, bytes]) -> IndexRow:
+    user = h.get(b"user")
+    key = IndexKey.interned(
+        int(h[b"answer_bytes"]),
+        text(h[b"tenant"]),
+        text(h[b"session"]),
+        None if user is None else text(user),
+        text(h[b"scope"]),
+        text(h[b"model"]),
+        text(h[b"system_prompt_version"]),
+        text(h[b"namespace"]),
+        text(h[b"intent"]),
+    )
+    vector = h.get(b"vector")
+    return IndexRow(int(h[b"label"]), None if vector is None else bytes(vector), key)
