@@ -9,7 +9,6 @@ a moment, never a wrong answer. Events of this replica's own writes come back to
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,7 +66,6 @@ class ChangeFeed:
         self.block_ms, self.retry_s = block_ms, retry_s
         self.position = "0-0"
         self.store_id = ""
-        self.lag_s = 0.0  # age of the newest event applied when it was applied
         self.rebuilds = 0
 
     async def start(self) -> None:
@@ -82,8 +80,6 @@ class ChangeFeed:
             return await self.rebuild("stream_trimmed")
         applied = await self.apply(changes.events)
         self.position = changes.last_id
-        if changes.events:
-            self.lag_s = max(0.0, time.time() - int(changes.last_id.split("-")[0]) / 1000)
         return applied
 
     async def apply(self, events: Sequence[Event]) -> Applied:

@@ -4,12 +4,13 @@ what only a shared store has: the change stream replicas apply, and an outage se
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from proxy.model import RecordState
-from proxy.storage.base import Selector, StoreUnavailable
+from proxy.storage.base import IndexKey, IndexRow, Selector, StoreUnavailable
+from proxy.storage.feed import ChangeFeed
 from proxy.storage.redis import RedisStore
 from tests.storage.contract import RecordStoreContract, put
 from tests.storage.redis_server import RedisServer, redis_server, redis_url
@@ -75,4 +76,46 @@ async def test_an_outage_is_store_unavailable_and_the_store_recovers(redis_serve
     redis_server.start()  # persistence is off: the restarted server is empty
     assert await store.get(r.cache_id) is None
     await put(store, 2)
+    await store.close()
+
+
+class Mirror:
+    """A replica's index as the feed sees it: labels and how often it was rebuilt."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, IndexKey] = {}
+        self.loads = 0
+
+    async def adopt(self, rows: Sequence[IndexRow]) -> int:
+        self.keys.update((row.label, row.key) for row in rows)
+        return len(rows)
+
+    def forget(self, labels: list[int]) -> None:
+        for label in labels:
+            self.keys.pop(label, None)
+
+    async def load(self) -> int:
+        self.loads += 1
+        return 0
+
+
+async def test_the_feed_applies_changes_and_rebuilds_behind_a_trimmed_stream(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    mirror = Mirror()
+    feed = ChangeFeed(store, mirror, block_ms=10)
+    await feed.start()
+    a = await put(store, 1)
+    b = await put(store, 2, state="pending")
+    await store.set_state(Selector(cache_ids=(a.cache_id,)), RecordState.INVALID)
+    applied = await feed.poll()
+    assert set(mirror.keys) == {b.label} and (applied.added, applied.rebuilt) == (1, False)
+    assert mirror.keys[b.label or 0].session == "s1"
+    store.stream_maxlen = 1
+    for n in range(3, 300):
+        await put(store, n)
+    assert (await feed.poll()).rebuilt and mirror.loads == 1 and feed.rebuilds == 1
+    store.stream_maxlen = 100_000  # trimming no more: the feed goes on from where it rebuilt
+    c = await put(store, 300)
+    await feed.poll()
+    assert c.label in mirror.keys
     await store.close()
