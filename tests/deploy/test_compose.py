@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 GPU_ENV = {"SMARTCACHE_UPSTREAM": "http://vllm:8000/v1", "SMARTCACHE_FLAVOUR": "vllm"}
+REPLICAS = {"replica-a", "replica-b", "redis", "lb"}
 
 
 def interpolate(value: Any, env: dict[str, str]) -> Any:
@@ -99,9 +100,10 @@ def listens_on(compose: dict[str, Any], name: str) -> int:
 
 def test_services_and_profiles(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"smartcache", "llamacpp", "vllm", "prometheus", "grafana"}
-    # everything but vLLM runs on a plain `docker compose up`; vLLM only with --profile gpu
-    assert {name for name, s in services.items() if "profiles" in s} == {"vllm"}
+    assert set(services) == {"smartcache", "llamacpp", "vllm", "prometheus", "grafana"} | REPLICAS
+    # everything but vLLM and the replicas runs on a plain `docker compose up`; vLLM only with
+    # --profile gpu, the replicas with --profile replicas (tests/deploy/test_compose_replicas.py)
+    assert {name for name, s in services.items() if "profiles" in s} == {"vllm"} | REPLICAS
     assert services["vllm"]["profiles"] == ["gpu"]
     for name, service in services.items():
         assert "image" in service or "build" in service, name
@@ -180,7 +182,7 @@ def test_grafana_gets_the_datasource_and_the_dashboard(compose: dict[str, Any]) 
 
 def test_every_bind_mount_source_is_in_the_repository(compose: dict[str, Any]) -> None:
     mounts = [(name, source) for name, s in compose["services"].items() for source, _ in bind_mounts(s)]
-    assert len(mounts) == 3
+    assert len(mounts) == 4
     for name, source in mounts:
         assert source.exists() and ROOT in source.parents, (name, source)
 
