@@ -15,17 +15,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import structlog
 
-from proxy.decision.decide import decide
+from proxy.decision.decide import candidates_to_verify, decide
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.model import Candidate, Decision, Record, RecordState, SessionLast, Signature, Status
+from proxy.model import Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import Pools
 from proxy.text.normalize import system_prompt_version
+from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
 SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
 NEGATIVE_FEEDBACK = -0.6
@@ -63,8 +65,10 @@ class SemanticCache:
         ready_after: float,
         top_k: int,
         clock: Callable[[], float] = time.time,
+        verifier: BatchingVerifier | None = None,
     ) -> None:
         self.store = store
+        self.verifier = verifier  # None: no verdicts, so intents that verify serve no hits
         self.index = index
         self.ready_after = ready_after
         self.top_k = top_k
@@ -228,13 +232,34 @@ class SemanticCache:
         stages: dict[str, float] | None = None,
     ) -> Decision:
         found = await self.candidates(sig, request, who, policy)
+        verdicts = await self._verdicts(found, sig, policy, stages)
         t0 = time.perf_counter()
-        decision = decide(found, sig, policy)
+        decision = decide(found, sig, policy, verdicts=verdicts)
         if stages is not None:
             stages["decide"] = time.perf_counter() - t0
-        if decision.status is Status.MISS and decision.reason == "validation_failed" and decision.record:
+        if decision.status is Status.MISS and decision.reason is Reason.VALIDATION_FAILED and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
         return decision
+
+    async def _verdicts(
+        self, found: list[Candidate], sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None
+    ) -> dict[str, float]:
+        """The verifier's probabilities for the candidates decide will read. None come back when it
+        is off, overloaded or failing: the verification stage then half-hits, it never serves."""
+        asked = candidates_to_verify(found, sig, policy)
+        if not asked or self.verifier is None:
+            return {}
+        t0 = time.perf_counter()
+        try:
+            return await self.verifier.verdicts(asked, sig)
+        except VerifierBusy:
+            return {}
+        except Exception as exc:  # a broken model costs hits, never the request
+            structlog.get_logger("smartcache").warning("verify.failed", error=repr(exc)[:200])
+            return {}
+        finally:
+            if stages is not None:
+                stages["verify"] = time.perf_counter() - t0
 
     async def served(self, record: Record, who: Identity, sig: Signature) -> None:
         """Count the hit and remember it as the session's last answer. Best effort: the answer is in
@@ -322,9 +347,6 @@ class SemanticCache:
 
     async def invalidate_session(self, tenant: str, session: str) -> int:
         return len(await self.retire(Selector(tenant=tenant, session=session)))
-
-
-PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
 
 
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
