@@ -192,15 +192,22 @@ class RedisStore:
                 return as_labels(await r.zrangebyscore(k("dead"), "-inf", top)), ""
             return as_labels(await r.zrange(k("all"), 0, -1)), ""
 
-    async def _select(self, sel: Selector) -> list[Record]:
-        """Selected records, large fields left empty, newest first."""
-        labels, source = await self._candidates(sel)
-        labels = sorted(set(labels), reverse=True)
-        metas = await self._hashes(labels, META)
-        gone = [label for label, h in zip(labels, metas, strict=True) if not h]
-        if gone:
-            await self._clean(gone, source)
-        return [r for r in (decode(h) for h in metas if h) if sel.matches(r)]
+    async def _select(self, sel: Selector, limit: int | None = None) -> list[Record]:
+        """Selected records, large fields left empty, newest first; read a page at a time, so a
+        ``limit`` (the admin listing) stops reading once it is reached."""
+        candidates, source = await self._candidates(sel)
+        ordered = sorted(set(candidates), reverse=True)
+        out: list[Record] = []
+        for i in range(0, len(ordered), BATCH):
+            page = ordered[i : i + BATCH]
+            metas = await self._hashes(page, META)
+            gone = [label for label, h in zip(page, metas, strict=True) if not h]
+            if gone:
+                await self._clean(gone, source)
+            out += [r for r in (decode(h) for h in metas if h) if sel.matches(r)]
+            if limit is not None and len(out) >= limit:
+                return out[:limit]
+        return out
 
     async def _clean(self, labels: Sequence[int], source: str) -> None:
         with _unavailable():
@@ -208,8 +215,8 @@ class RedisStore:
                 await self._dangling(args=[self.prefix, self.stream_maxlen, source, *labels[i : i + BATCH]])
 
     async def find(self, selector: Selector, *, limit: int | None = None) -> list[Record]:
-        chosen = await self._select(selector)
-        labels = [r.label for r in chosen[:limit] if r.label is not None]
+        chosen = await self._select(selector, limit)
+        labels = [r.label for r in chosen if r.label is not None]
         full = {r.label: r for r in await self.get_many(labels)}
         return [full[label] for label in labels if label in full]
 
