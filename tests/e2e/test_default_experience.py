@@ -81,9 +81,10 @@ async def test_a_second_try_inside_the_feedback_window_says_pending(default_prox
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured with the shipped policy (general widened to the tenant, accept 0.999): the reworded FAQ "
-    "scores 0.983 under e5-small and the reordered-words guard makes it a half-hit; even 'How can I reset my "
-    "account password?' scores 0.998, under accept. Serving paraphrases needs the pair verifier, not shipped yet",
+    reason="measured: the shipped policy keeps general in the session until the pair verifier lands (widened, it "
+    "served PAWS-X word swaps across sessions), so another conversation finds no candidate; and widened, the "
+    "reworded FAQ scores 0.983 under e5-small and the reordered-words guard makes it a half-hit, while even "
+    "'How can I reset my account password?' scores 0.998, under the 0.999 accept",
 )
 async def test_a_reworded_opening_in_another_conversation_is_served_once_the_first_is_ready(
     default_proxy: Proxy, upstream: Upstream
