@@ -40,7 +40,7 @@ SYSTEM = "You are a helpful assistant."
 # Pools of the module's policy; each intent is forced by a keyword so the pool under test never
 # depends on the classifier's mood.
 SCOPED_INTENTS = {
-    "general": {"scope": "session", "widen_to": "session"},  # the shipped policy widens it to the tenant
+    "general": {"scope": "session", "widen_to": "session"},  # the pool under test, whatever the shipped one is
     "chitchat": {"scope": "tenant", "widen_to": "tenant", "force": True, "keywords": ["joke"]},
     "travel": {"scope": "user", "widen_to": "user", "force": True, "keywords": ["itinerary"]},
     "after_sales": {
