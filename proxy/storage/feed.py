@@ -16,7 +16,7 @@ from typing import Protocol
 import structlog
 
 from proxy.storage.base import IndexKey, IndexRow, StoreUnavailable
-from proxy.storage.redis_codec import LIVE, Changes, Event
+from proxy.storage.redis_codec import LIVE, Changes, Event, StreamPosition
 
 log = structlog.get_logger("smartcache")
 
@@ -25,8 +25,8 @@ class SharedStore(Protocol):
     """What the feed asks of a store shared by replicas."""
 
     async def store_id(self) -> str: ...
-    async def stream_position(self) -> str: ...
-    async def changes(self, after: str, *, block_ms: int = 1000, count: int = 1000) -> Changes: ...
+    async def stream_position(self) -> StreamPosition: ...
+    async def changes(self, after: StreamPosition, *, block_ms: int = 1000, count: int = 1000) -> Changes: ...
     async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]: ...
 
 
@@ -64,7 +64,7 @@ class ChangeFeed:
     def __init__(self, store: SharedStore, index: LocalIndex, *, block_ms: int = 500, retry_s: float = 0.5) -> None:
         self.store, self.index = store, index
         self.block_ms, self.retry_s = block_ms, retry_s
-        self.position = "0-0"
+        self.position = StreamPosition("0-0", 0)
         self.store_id = ""
         self.rebuilds = 0
 
@@ -79,7 +79,7 @@ class ChangeFeed:
         if changes.trimmed:
             return await self.rebuild("stream_trimmed")
         applied = await self.apply(changes.events)
-        self.position = changes.last_id
+        self.position = changes.position
         return applied
 
     async def apply(self, events: Sequence[Event]) -> Applied:

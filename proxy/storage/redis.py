@@ -30,8 +30,8 @@ from proxy.storage.redis_codec import (
     META,
     Changes,
     Event,
+    StreamPosition,
     as_labels,
-    before,
     decode,
     encode,
     index_row,
@@ -337,31 +337,44 @@ class RedisStore:
         with _unavailable():
             return int(await self._r.get(self._k("bytes")) or 0)
 
-    async def stream_position(self) -> str:
-        """The id of the newest event ("0-0" for none): a replica that has read every record applies
-        the stream from here."""
-        with _unavailable():
-            info = await self._r.xinfo_stream(self._k("events")) if await self._r.exists(self._k("events")) else {}
-        last = info.get("last-generated-id", b"0-0") if info else b"0-0"
-        return last.decode() if isinstance(last, bytes) else str(last)
-
-    async def changes(self, after: str, *, block_ms: int = 1000, count: int = 1000) -> Changes:
-        """Events after ``after``, waiting up to ``block_ms`` for the first. ``trimmed`` when the
-        stream has dropped an event after ``after``: the reader missed it and must rebuild."""
+    async def _read(self, after: StreamPosition, count: int) -> Changes:
+        """One atomic look: the stream's counters and the events after ``after``, in one MULTI, so
+        no trim can fall between them. Trimming leaves no trace of the ids it dropped, only of how
+        many (entries added minus entries kept): past the reader's own count, it missed one."""
         key = self._k("events")
         with _unavailable():
-            if await self._r.exists(key):
-                # trimming leaves no record of the ids it dropped, only of how many: a reader
-                # before the first kept entry may have missed one (or, at worst, rebuilds needlessly)
-                info = await self._r.xinfo_stream(key)
-                dropped = int(info.get("entries-added", 0)) - int(info.get("length", 0))
-                first = info.get("first-entry")
-                if dropped > 0 and first and before(after, first[0].decode()):
-                    return Changes((), after, trimmed=True)
-            got: Any = await self._r.xread({key: after}, count=count, block=block_ms)
-        events = []
-        for _, entries in got or []:
-            for raw_id, fields in entries:
-                op, state = text(fields.get(b"op")), text(fields.get(b"state"))
-                events.append(Event(raw_id.decode(), op, int(fields[b"label"]), state))
-        return Changes(tuple(events), events[-1].id if events else after, trimmed=False)
+            pipe = self._r.pipeline(transaction=True)
+            pipe.xinfo_stream(key)
+            pipe.xread({key: after.id}, count=count)
+            info, got = await pipe.execute(raise_on_error=False)
+        if isinstance(info, Exception):  # no stream yet: nothing was ever written
+            return Changes((), after, trimmed=False)
+        if int(info["entries-added"]) - int(info["length"]) > after.seq:
+            return Changes((), after, trimmed=True)
+        events = [
+            Event(raw_id.decode(), text(fields.get(b"op")), int(fields[b"label"]), text(fields.get(b"state")))
+            for _, entries in got or []
+            for raw_id, fields in entries
+        ]
+        if not events:
+            return Changes((), after, trimmed=False)
+        return Changes(tuple(events), StreamPosition(events[-1].id, after.seq + len(events)), trimmed=False)
+
+    async def stream_position(self) -> StreamPosition:
+        """Where the stream stands: a replica that has read every record applies it from here."""
+        with _unavailable():
+            try:
+                info: Any = await self._r.xinfo_stream(self._k("events"))
+            except redis_errors.ResponseError:  # no stream yet
+                return StreamPosition("0-0", 0)
+        return StreamPosition(text(info["last-generated-id"]), int(info["entries-added"]))
+
+    async def changes(self, after: StreamPosition, *, block_ms: int = 1000, count: int = 1000) -> Changes:
+        """Events after ``after``, waiting up to ``block_ms`` for the first. ``trimmed`` when the
+        stream has dropped an event after ``after``: the reader missed it and must rebuild."""
+        found = await self._read(after, count)
+        if found.events or found.trimmed or block_ms <= 0:
+            return found
+        with _unavailable():  # wait for the next event, then read it atomically as above
+            woke = await self._r.xread({self._k("events"): after.id}, count=1, block=block_ms)
+        return await self._read(after, count) if woke else found

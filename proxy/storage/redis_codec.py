@@ -54,9 +54,18 @@ class Event:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """A point in the change stream: the id of an event and how many events the stream had
+    received up to it, which is what tells a reader whether trimming took one it had not read."""
+
+    id: str
+    seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Changes:
     events: tuple[Event, ...]
-    last_id: str
+    position: StreamPosition  # after the last of these events
     trimmed: bool  # events after the position asked for were dropped: rebuild from the records
 
 
@@ -123,13 +132,6 @@ def states_arg(states: tuple[RecordState, ...] | None) -> str:
 def pairs(flat: Sequence[bytes]) -> list[Ref]:
     """Refs from a script's flat reply: label, cache id, label, cache id..."""
     return [Ref(int(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
-
-
-def before(a: str, b: str) -> bool:
-    """Is stream id ``a`` strictly before ``b``?"""
-    ta, sa = (int(x) for x in a.split("-"))
-    tb, sb = (int(x) for x in b.split("-"))
-    return (ta, sa) < (tb, sb)
 
 
 def index_row(h: Mapping[bytes, bytes]) -> IndexRow:
