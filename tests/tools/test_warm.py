@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import proxy.cli
 from proxy.cli import build_parser, main
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
@@ -32,6 +33,8 @@ def _trace(path: Path) -> Path:
 
 async def _warm(tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> None:
     monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
+    # the command configures structlog for the whole process; later tests capture its logs
+    monkeypatch.setattr(proxy.cli, "configure_logging", lambda level: None)
     argv = ["warm", str(_trace(tmp_path / "t.jsonl")), "--data-dir", str(tmp_path / "data"), *flags]
     assert await asyncio.to_thread(main, argv) == 0
 
