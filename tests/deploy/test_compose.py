@@ -100,11 +100,11 @@ def listens_on(compose: dict[str, Any], name: str) -> int:
 
 def test_services_and_profiles(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"smartcache", "llamacpp", "vllm", "prometheus", "grafana"} | REPLICAS
-    # everything but vLLM and the replicas runs on a plain `docker compose up`; vLLM only with
-    # --profile gpu, the replicas with --profile replicas (tests/deploy/test_compose_replicas.py)
-    assert {name for name, s in services.items() if "profiles" in s} == {"vllm"} | REPLICAS
-    assert services["vllm"]["profiles"] == ["gpu"]
+    assert set(services) == {"smartcache", "smartcache-gpu", "llamacpp", "vllm", "prometheus", "grafana"} | REPLICAS
+    # everything but vLLM, its proxy and the replicas runs on a plain `docker compose up`; vLLM and
+    # its proxy only with --profile gpu, the replicas with --profile replicas (test_compose_replicas.py)
+    assert {name for name, s in services.items() if "profiles" in s} == {"vllm", "smartcache-gpu"} | REPLICAS
+    assert services["vllm"]["profiles"] == services["smartcache-gpu"]["profiles"] == ["gpu"]
     for name, service in services.items():
         assert "image" in service or "build" in service, name
         if "build" in service:

@@ -1,11 +1,7 @@
-"""The proxy service waits for the engine it forwards to: llama.cpp on a plain `docker compose
-up`, vLLM with `--profile gpu` (whose model load takes minutes: requests before it would 502),
-and a dependency whose profile is not active never blocks the start.
-
-The gpu case is not met yet: waiting on a service of an optional profile needs
-`depends_on: {vllm: {required: false}}` (Compose >= 2.20), which the Debian docker-compose 1.29
-that validates this file (test_compose.py) refuses; without it a plain `up` fails ("pulled in as
-a dependency ... not enabled by the active profiles")."""
+"""Each proxy service waits for the engine it forwards to: llama.cpp for the proxy of a plain
+`docker compose up`, vLLM (whose model load takes minutes: requests before it would 502) for the
+proxy of `--profile gpu`; and no service of the default set depends on one that a profile
+switches off, which would make a plain `up` refuse to start."""
 
 from __future__ import annotations
 
@@ -14,32 +10,40 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.deploy.test_compose import GPU_ENV, argv, listens_on, load_compose, option
+from proxy.cli import build_parser, settings_from
+from tests.deploy.test_compose import argv, listens_on, load_compose, option
 
 
 def _enabled(compose: dict[str, Any], profiles: set[str]) -> set[str]:
     return {n for n, s in compose["services"].items() if not s.get("profiles") or set(s["profiles"]) & profiles}
 
 
-GPU_WAIT = pytest.mark.xfail(strict=True, reason="needs depends_on.required, which docker-compose 1.29 refuses")
-
-
-@pytest.mark.parametrize(
-    ("env", "profiles"), [({}, set()), pytest.param(GPU_ENV, {"gpu"}, marks=GPU_WAIT)], ids=["cpu", "gpu"]
-)
-def test_smartcache_waits_for_the_engine_it_forwards_to(env: dict[str, str], profiles: set[str]) -> None:
-    compose = load_compose(env)
-    smartcache = compose["services"]["smartcache"]
-    engine = urlsplit(option(argv(smartcache), "--upstream")).hostname or ""
-    depends = smartcache["depends_on"]
-    assert depends[engine]["condition"] == "service_healthy"
+@pytest.mark.parametrize(("proxy", "engine"), [("smartcache", "llamacpp"), ("smartcache-gpu", "vllm")])
+def test_each_proxy_waits_for_the_engine_it_forwards_to(proxy: str, engine: str) -> None:
+    compose = load_compose()
+    service = compose["services"][proxy]
+    upstream = urlsplit(option(argv(service), "--upstream"))
+    assert upstream.hostname == engine and upstream.port == listens_on(compose, engine)
+    assert service["depends_on"][engine]["condition"] == "service_healthy"
     assert "healthcheck" in compose["services"][engine]
-    for name, dependency in depends.items():
-        if name not in _enabled(compose, profiles):
-            assert dependency.get("required") is False, name  # else a plain `up` refuses to start
+
+
+def test_the_gpu_proxy_parses_as_a_vllm_flavoured_serve() -> None:
+    command = argv(load_compose()["services"]["smartcache-gpu"])
+    settings = settings_from(build_parser().parse_args(command[1:]))
+    assert settings.upstream_flavour == "vllm" and settings.upstream == "http://vllm:8000/v1"
+
+
+@pytest.mark.parametrize("profiles", [set(), {"gpu"}, {"replicas"}, {"gpu", "replicas"}])
+def test_no_started_service_depends_on_one_its_profiles_leave_off(profiles: set[str]) -> None:
+    compose = load_compose()
+    enabled = _enabled(compose, profiles)
+    for name in enabled:
+        for dependency in compose["services"][name].get("depends_on", {}):
+            assert dependency in enabled, (name, dependency, profiles)
 
 
 def test_vllm_healthcheck_probes_its_own_port() -> None:
-    compose = load_compose(GPU_ENV)
+    compose = load_compose()
     probe = " ".join(compose["services"]["vllm"]["healthcheck"]["test"])
     assert f"http://127.0.0.1:{listens_on(compose, 'vllm')}/health" in probe
