@@ -176,6 +176,7 @@ async def test_open_parts_refuses_a_cache_built_with_another_model(
     await store.close()
 
 
+@pytest.mark.slow
 async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_model(
     tmp_path: Path, model_home: Path, upstream: Upstream
 ) -> None:

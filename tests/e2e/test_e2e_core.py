@@ -119,6 +119,7 @@ async def test_pending_answers_are_not_served_before_the_window(make_proxy: Prox
     assert status == "hit"
 
 
+@pytest.mark.slow
 async def test_records_survive_a_restart(make_proxy: ProxyFactory, upstream: Upstream) -> None:
     first_proxy = await make_proxy()
     client = first_proxy.client(**{"x-smartcache-session": "s6"})
@@ -150,6 +151,7 @@ async def test_upstream_500_reaches_the_client_and_nothing_is_stored(
     assert status == "miss"
 
 
+@pytest.mark.slow
 async def test_upstream_timeout_is_504_and_refused_is_502(make_proxy: ProxyFactory, upstream: Upstream) -> None:
     proxy = await make_proxy(upstream_timeout=0.3)
     upstream.script.delay = 1.0

@@ -261,6 +261,7 @@ async def test_request_ttls_only_shorten_the_policy_ttl(
         assert abs(record.expires_at - record.created_at - ttl) < 1e-3, question
 
 
+@pytest.mark.slow
 async def test_a_policy_version_bump_invalidates_old_records_and_a_bad_file_is_refused(
     make_proxy: ProxyFactory, client: Clients, tmp_path: Path
 ) -> None:

@@ -103,6 +103,7 @@ async def test_a_session_reset_through_one_replica_reaches_the_other(
     await ca.close()
 
 
+@pytest.mark.slow
 async def test_a_restarted_replica_catches_up(make_proxy: ProxyFactory, tmp_path: Path, redis: RedisServer) -> None:
     a, b = await replica(make_proxy, tmp_path, "a", redis), await replica(make_proxy, tmp_path, "b", redis)
     await b.stop()

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from proxy.http import keys
 from proxy.settings import DEFAULT_POLICY
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
+
+# each test restarts the proxy on its data directory
+pytestmark = pytest.mark.slow
 
 
 def _policy(tmp_path: Path, version: str) -> Path:

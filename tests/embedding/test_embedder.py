@@ -141,6 +141,7 @@ async def test_empty_input_needs_no_model_call(sync_embedder: SyncEmbedder) -> N
 
 
 @pytest.mark.parametrize("pack", ["e5-small-multilingual", "use-multilingual"])
+@pytest.mark.slow
 async def test_thread_count_setting_reaches_the_onnx_session(pack: str, model_home: Path) -> None:
     from proxy.embedding.packs import install_pack
     from proxy.parts import load_backend

@@ -152,6 +152,7 @@ headers = st.fixed_dictionaries(
 
 @settings(max_examples=PARSER_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(raw=raw_bodies(), hdrs=headers)
+@pytest.mark.slow
 def test_parser_and_identity_refuse_bad_bodies_with_invalid_request_only(raw: bytes, hdrs: dict[str, str]) -> None:
     try:
         request = parse_chat_request(raw, cache_control=hdrs.get("cache-control"))

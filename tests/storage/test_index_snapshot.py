@@ -55,6 +55,7 @@ def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, 
     assert HnswIndex.from_snapshot(tmp_path / "missing.hnsw", dim=32, stamp="m dim=32 store=a") is None
 
 
+@pytest.mark.slow
 async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,6 +94,7 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     await third.stop()
 
 
+@pytest.mark.slow
 async def test_a_recreated_database_or_a_damaged_snapshot_means_a_rebuild(
     make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path
 ) -> None:

@@ -163,6 +163,7 @@ async def test_warm_twice_writes_each_record_once(
     assert len(records) == 3 and {r.state for r in records} == {"ready"}
 
 
+@pytest.mark.slow
 def test_calibrate_command_writes_a_stamped_policy_and_a_held_out_check(
     tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,6 +39,7 @@ async def _warm(tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatc
     assert await asyncio.to_thread(main, argv) == 0
 
 
+@pytest.mark.slow
 async def test_a_warmed_answer_is_served_to_a_client_with_that_key_and_model(
     make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,6 +52,7 @@ async def test_a_warmed_answer_is_served_to_a_client_with_that_key_and_model(
     assert status == "miss"  # another tenant never sees it
 
 
+@pytest.mark.slow
 async def test_without_an_api_key_each_conversations_tenant_is_its_key(
     make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -141,6 +141,7 @@ async def test_other_sessions_tenants_and_parameters_do_not_share(proxy: Proxy, 
     assert [s for s, _, _ in results].count("hit") == 1
 
 
+@pytest.mark.slow
 async def test_no_cache_requests_and_disabled_coalescing_go_upstream_each(
     make_proxy: ProxyFactory, upstream: Upstream
 ) -> None:
