@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -168,12 +169,23 @@ def main(argv: list[str] | None = None) -> int:
             results["sets"][name]["models"][label] = m
             row = f"{m['auc']:6.3f} {m['r@p99']:6.3f} {m['r@p99.9']:7.3f}"
             print(f"{name:8s} {len(rows):5d} {int(y.sum()):5d}  {label:34s} {row}")
-    latency_rows = [r for r in tests["mined"] if r.a.previous_question] or tests["lcqmc"]
-    results["latency"] = _latency(verifier, latency_rows, 40 if args.quick else 100)
-    print(
-        f"verifier latency: p50 {results['latency']['p50_ms_batch1']:.1f} ms per pair at batch 1, "
-        f"{results['latency']['p50_ms_per_pair_batch16']:.1f} ms per pair at batch 16 ({args.threads} threads)"
-    )
+    results["latency"] = {}
+    shapes = {
+        "question pairs (LCQMC)": tests["lcqmc"],
+        "with context (mined)": [r for r in tests["mined"] if r.a.previous_question or r.b.previous_question],
+    }
+    for shape, rows in shapes.items():
+        if not rows:
+            continue
+        lat = _latency(verifier, rows, 40 if args.quick else 100)
+        lat["mean_tokens"] = float(np.mean([verifier.token_count((r.a, r.b)) for r in rows[:200]]))
+        results["latency"][shape] = lat
+        print(
+            f"verifier latency, {shape}, ~{lat['mean_tokens']:.0f} tokens: p50 {lat['p50_ms_batch1']:.1f} ms "
+            f"per pair at batch 1, {lat['p50_ms_per_pair_batch16']:.1f} ms per pair at batch 16"
+        )
+    results["load_average"] = os.getloadavg()[0]
+    print(f"{args.threads} threads; load average {results['load_average']:.1f} on {os.cpu_count()} cores")
     results["wall_s"] = round(time.monotonic() - began)
     print(f"wall {results['wall_s']} s")
     if args.json:

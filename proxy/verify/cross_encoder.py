@@ -105,14 +105,21 @@ class CrossEncoderVerifier:
         """Uncalibrated model outputs, one per pair (one session run for the whole batch)."""
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        runtime = self._loaded()
-        texts = [side_text(s) for pair in pairs for s in pair]
-        encoded = [e.ids for e in runtime.tokenizer.encode_batch(texts, add_special_tokens=False)]
-        limit = self.config.max_side_tokens
-        rows = [pair_ids(encoded[2 * i], encoded[2 * i + 1], limit) for i in range(len(pairs))]
+        rows = self._rows(pairs)
         ids, mask = pad_batch(rows)
-        (out,) = runtime.session.run(["logit"], {"input_ids": ids, "attention_mask": mask})
+        (out,) = self._loaded().session.run(["logit"], {"input_ids": ids, "attention_mask": mask})
         return np.asarray(out, dtype=np.float32).reshape(len(pairs))
+
+    def token_count(self, pair: tuple[PairSide, PairSide]) -> int:
+        """Tokens the model reads for a pair (latency grows with it): for sizing batches."""
+        return len(self._rows([pair])[0])
+
+    def _rows(self, pairs: Sequence[tuple[PairSide, PairSide]]) -> list[list[int]]:
+        tokenizer = self._loaded().tokenizer
+        texts = [side_text(s) for pair in pairs for s in pair]
+        encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+        limit = self.config.max_side_tokens
+        return [pair_ids(encoded[2 * i], encoded[2 * i + 1], limit) for i in range(len(pairs))]
 
     def score(self, pairs: Sequence[tuple[PairSide, PairSide]]) -> list[float]:
         z = self.config.platt_a * self.logits(pairs).astype(np.float64) + self.config.platt_b

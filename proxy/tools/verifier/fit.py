@@ -51,6 +51,9 @@ def train_head(
 ) -> PairHead:
     """``pool`` lists row indices per epoch (a row listed twice is read twice)."""
     model = PairHead(image, args.cut, args.top_layers)
+    if args.init is not None:  # continue from earlier weights (another epoch at a lower rate)
+        with np.load(args.init / "top.npz") as npz:
+            model.load_state_dict({k: torch.from_numpy(npz[k].astype(np.float32)) for k in npz.files})
     labels = torch.tensor([p.label for p in pairs], dtype=torch.float32)
     params = [
         {"params": model.top.parameters(), "lr": args.lr},

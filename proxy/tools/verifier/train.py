@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cut", type=int, default=8, help="frozen e5 layers")
     p.add_argument("--top-layers", type=int, default=2, help="trained e5 layers above the cut")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--init", type=Path, help="start from the top layers of this weights directory")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in float32 (3x slower)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch", type=int, default=32)
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "scale": args.scale,
             "bf16": args.bf16,
+            "init": str(args.init) if args.init else None,
             "caps": TRAIN_CAPS,
             "repeat": REPEAT,
             "wall_s": round(time.monotonic() - began),
