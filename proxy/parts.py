@@ -30,6 +30,8 @@ from proxy.storage.sqlite import SqliteStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
 from proxy.upstream.prewarm import Prewarmer
+from proxy.verify import Verifier, VerifierError, load_verifier
+from proxy.verify.batching import BatchingVerifier
 
 log = structlog.get_logger("smartcache")
 
@@ -46,6 +48,7 @@ class Parts:
     judge: HitJudge
     chat: ChatService
     loaded: int
+    verifier: BatchingVerifier | None = None
 
 
 def _snapshot(path: Path, dim: int, stamp: str) -> HnswIndex | None:
@@ -106,6 +109,36 @@ async def following(store: RecordStore, cache: SemanticCache) -> AsyncIterator[C
             await task
 
 
+def wants_verifier(s: Settings, policy: Policy) -> bool:
+    return s.verify and any(i.cache and i.verify_accept is not None for i in policy.intents.values())
+
+
+async def load_pair_verifier(s: Settings, policy: Policy) -> Verifier:
+    """The shipped verifier, its graph built now rather than on the first request; a policy that
+    asks for verification and a verifier that cannot load fail the start, as a bad policy does."""
+    try:
+        verifier = load_verifier(threads=s.verify_threads or None, cache_dir=s.models_root / "models" / "verifier")
+        await asyncio.to_thread(verifier.warm)
+    except VerifierError as exc:
+        raise VerifierError(
+            f"{exc}; {policy.source} sets verify_accept: ship the verifier's weights, or set "
+            "verify: false (those intents then serve no hits)"
+        ) from exc
+    return verifier
+
+
+async def open_verifier(s: Settings, policy: Policy, given: Verifier | None) -> BatchingVerifier | None:
+    if not wants_verifier(s, policy):
+        return None
+    verifier = given or await load_pair_verifier(s, policy)
+    return BatchingVerifier(
+        verifier,
+        max_batch=s.verify_max_batch,
+        max_pending=s.verify_max_pending,
+        timeout_s=s.verify_timeout_ms / 1000 or None,
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_parts(
     s: Settings,
@@ -114,10 +147,20 @@ async def open_parts(
     metrics: Metrics,
     backend: SyncEmbedder | None = None,
     policy: Policy | None = None,
+    verifier: Verifier | None = None,
 ) -> AsyncIterator[Parts]:
+    """``verifier``: the pair verifier to use instead of loading the shipped one (tests, benchmarks);
+    either is used only when an intent of the policy sets verify_accept and ``s.verify`` is on."""
     backend = backend or await load_backend(s)
-    embedder = BatchingEmbedder(backend, max_batch=s.embed_max_batch, max_wait_s=s.embed_max_wait_ms / 1000)
+    embedder = BatchingEmbedder(
+        backend,
+        max_batch=s.embed_max_batch,
+        max_wait_s=s.embed_max_wait_ms / 1000,
+        max_pending=s.embed_max_pending,
+        timeout_s=s.embed_timeout_ms / 1000,
+    )
     policy = policy or load_policy_for(s)
+    verifying = await open_verifier(s, policy, verifier)
     store = await open_store(s)
     try:
         await store.claim_embedding(s.embedding_model, backend.dim)
@@ -129,7 +172,9 @@ async def open_parts(
     stack = contextlib.AsyncExitStack()
     try:
         classifier = await IntentClassifier.build(policy, embedder)
-        cache = SemanticCache(store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k)
+        cache = SemanticCache(
+            store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k, verifier=verifying
+        )
         stamp = f"{s.embedding_model} dim={backend.dim} store={await store.store_id()}"
         # a policy version that changed while the proxy was down invalidates as a reload would
         stale = await cache.retire(Selector(other_policy_version=policy.version))
@@ -161,11 +206,13 @@ async def open_parts(
             prewarmer=prewarmer,
             prewarm_all=s.prewarm,
         )
-        yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded)
+        yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
         await _save_snapshot(cache.index, s.index_snapshot_path, stamp)
     finally:
         await stack.aclose()  # the feed, before the store it reads
         await prewarmer.close()  # its tasks use the upstream client: cancel them first
         await upstream.close()
         await embedder.close()
+        if verifying is not None:
+            await verifying.close()
         await store.close()

@@ -59,6 +59,9 @@ class Settings:
     embed_threads: int = 0  # 0: let ONNX Runtime decide
     embed_max_batch: int = 32
     embed_max_wait_ms: float = 2.0
+    # requests waiting for the embedder, and how long one waits; beyond either it is forwarded uncached
+    embed_max_pending: int = 128
+    embed_timeout_ms: float = 1000.0
     ready_after: float = 60.0  # feedback window before a pending answer becomes reusable
     regenerate_window: float = 600.0  # the identical request re-sent within this is a regenerate
     max_body_bytes: int = 10 * 1024 * 1024  # chat requests, which are read whole
@@ -87,7 +90,7 @@ class Settings:
     verify_threads: int = 0  # 0: let ONNX Runtime decide
     verify_max_batch: int = 16
     verify_max_pending: int = 64  # verifications waiting; beyond it a lookup half-hits instead of queueing
-    verify_timeout_ms: float = 1000.0
+    verify_timeout_ms: float = 1000.0  # 0: wait for every verdict (offline replay and calibration)
 
     @property
     def policy_file(self) -> Path:
@@ -149,6 +152,8 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("max_records", s.max_records >= 1, ">= 1"),
         ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),
         ("embed_max_batch", s.embed_max_batch >= 1, ">= 1"),
+        ("embed_max_pending", s.embed_max_pending >= 1, ">= 1"),
+        ("embed_timeout_ms", s.embed_timeout_ms > 0, "> 0 milliseconds"),
         ("prewarm_concurrency", s.prewarm_concurrency >= 1, ">= 1"),
         ("log_level", s.log_level in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
     ]

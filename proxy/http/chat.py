@@ -22,7 +22,8 @@ from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.feedback import PENDING, UNSTORED, FeedbackReader, HitJudge, Signal, pending_best
 from proxy.identity import Identity
-from proxy.model import Decision, Record, Signature, Status
+from proxy.microbatch import Overloaded
+from proxy.model import Decision, Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
 from proxy.openai.sse import StreamTee, answer_of_completion
@@ -147,23 +148,26 @@ class ChatService:
         if feedback is Signal.RESET:
             return Plan(Status.BYPASS, feedback.value)
         t = time.perf_counter()
-        sig = await self.signer.sign(req, system_version=system_version, stages=stages)
+        try:
+            sig = await self.signer.sign(req, system_version=system_version, stages=stages)
+        except Overloaded:
+            return Plan(Status.BYPASS, Reason.OVERLOADED)
         # stages are disjoint: sign is normalising and tagging, embed the model calls within it
         stages["sign"] = time.perf_counter() - t - stages.get("embed", 0.0)
         policy = self.policy_box.policy.for_intent(sig.tags.intent)
         if not policy.cache:
-            return Plan(Status.BYPASS, f"intent_disabled:{policy.name}", sig)
+            return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)
         if feedback is not None:
             # the user asked for an answer of their own: never served, never stored
             return Plan(Status.MISS, feedback.value, sig, None if feedback.value in UNSTORED else policy)
-        skip = ("topic_switch" if sig.tags.context_switch else None) or (
-            "no_cache" if req.controls.no_cache else None
+        skip = (Reason.TOPIC_SWITCH if sig.tags.context_switch else None) or (
+            Reason.NO_CACHE if req.controls.no_cache else None
         )
         if skip:
             return Plan(Status.MISS, skip, sig, policy)
         t = time.perf_counter()
         decision = await self.cache.lookup(sig, req, who, policy, stages)
-        stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0)
+        stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
         if decision.status is Status.MISS and await pending_best(
             self.cache, sig, req, who, policy, better_than=decision.score
         ):
@@ -259,6 +263,10 @@ class ChatService:
             if out.signature is not None:
                 headers["x-smartcache-tags"] = json.dumps(out.signature.tags.to_json())  # ASCII-escaped
             headers["x-smartcache-timings"] = ",".join(f"{k}={v * 1000:.1f}ms" for k, v in out.stages.items())
+            if out.decision is not None:
+                headers["x-smartcache-stage"] = out.decision.stage
+                if out.decision.verified is not None:
+                    headers["x-smartcache-verified"] = f"{out.decision.verified:.4f}"
         return headers
 
     def _hinted(
@@ -321,7 +329,7 @@ class ChatService:
         shared = flight.answer
         if shared is None:
             return None
-        out.status, out.reason, out.cache_id = Status.HIT, "coalesced", shared.cache_id
+        out.status, out.reason, out.cache_id = Status.HIT, Reason.COALESCED, shared.cache_id
         out.saved_prompt_tokens, out.saved_completion_tokens = shared.prompt_tokens, shared.completion_tokens
         headers = {**self._headers(http, out), "x-cache-similarity": "1.0000", "age": "0"}
         if shared.cache_id:
@@ -467,6 +475,8 @@ class ChatService:
         self.metrics.observe_request(status, out.intent, out.reason.split(":")[0] or "-", elapsed)  # type: ignore[arg-type]
         for stage, seconds in out.stages.items():
             self.metrics.observe_stage(stage, seconds)  # type: ignore[arg-type]
+        if out.decision is not None:
+            self.metrics.decided(out.decision.stage, out.decision.reason)
         if out.saved_prompt_tokens or out.saved_completion_tokens:
             self.metrics.saved_tokens(out.saved_prompt_tokens, out.saved_completion_tokens)
         if out.upstream_cached_tokens:
@@ -486,13 +496,28 @@ class ChatService:
             prewarmed=out.prewarmed,
             tenant=who.tenant[:12],
             stages_ms={k: round(v * 1000, 2) for k, v in out.stages.items()},
+            # which decision stage decided, what varied within its reason, the verifier's probability
+            decided_by=out.decision.stage if out.decision else None,
+            detail=out.decision.detail if out.decision else None,
+            verified=out.decision.verified if out.decision else None,
         )
 
 
 # Reasons a client can act on, said in x-cache-reason on every response; the finer decision
 # reasons stay behind the debug headers.
-_PUBLIC_REASONS = frozenset({PENDING, "regenerate", "correction", "session_reset", "no_cache", "no_store",
-                             "topic_switch", "intent_disabled"})
+_PUBLIC_REASONS = frozenset(
+    {
+        PENDING,
+        "regenerate",
+        "correction",
+        "session_reset",
+        "no_cache",
+        "no_store",
+        "topic_switch",
+        "intent_disabled",
+        "overloaded",
+    }
+)
 
 
 def _public_reason(reason: str) -> str | None:

@@ -28,6 +28,7 @@ from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import Settings, load_settings
 from proxy.tools.datasets.traces import Conversation
+from proxy.verify import Verifier
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +153,21 @@ async def run_replay(
     shadow: bool = False,
     backend: SyncEmbedder | None = None,
     progress: Callable[[int], None] | None = None,
+    verifier: Verifier | None = None,
 ) -> list[Row]:
-    """A fresh cache in a temporary directory, so a replay never touches a live one."""
+    """A fresh cache in a temporary directory, so a replay never touches a live one. ``verifier``
+    stands in for the shipped pair verifier (used where the policy sets verify_accept)."""
     with tempfile.TemporaryDirectory(prefix="smartcache-replay-") as tmp:
         base = settings or load_settings()
+        # offline, an answer is worth waiting for: a timed-out embedding or verdict would turn a
+        # request into a bypass or a half-hit that no live proxy would have made, and skew calibration
         s = base.replace(
-            data_dir=Path(tmp), ready_after=0.0, model_home=base.models_root, policy=policy_path or base.policy
+            data_dir=Path(tmp),
+            ready_after=0.0,
+            model_home=base.models_root,
+            policy=policy_path or base.policy,
+            verify_timeout_ms=0.0,
+            embed_timeout_ms=max(base.embed_timeout_ms, 600_000.0),
         )
         policy = load_policy(s.policy_file)
         if shadow:
@@ -166,7 +176,9 @@ async def run_replay(
             policy = shadow_policy(policy)
         else:
             check_embedding_model(policy, s.embedding_model)
-        async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=backend, policy=policy) as parts:
+        async with open_parts(
+            s, upstream_url=NOWHERE, metrics=Metrics(), backend=backend, policy=policy, verifier=verifier
+        ) as parts:
             return await replay_conversations(parts, convs, shadow=shadow, progress=progress)
 
 
