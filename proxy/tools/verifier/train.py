@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cut", type=int, default=8, help="frozen e5 layers")
     p.add_argument("--top-layers", type=int, default=2, help="trained e5 layers above the cut")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--version", default=VERSION, help="version string written to verifier.json")
     p.add_argument("--init", type=Path, help="start from the top layers of this weights directory")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in float32 (3x slower)")
     p.add_argument("--lr", type=float, default=1e-4)
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     np.savez_compressed(args.out / "top.npz", **weights)
     config = {
         "name": NAME,
-        "version": VERSION,
+        "version": args.version,
         "cut": args.cut,
         "top_layers": args.top_layers,
         "max_side_tokens": 80,
