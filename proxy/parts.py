@@ -16,8 +16,9 @@ from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.embedding.packs import load_embedder
 from proxy.feedback import HitJudge
-from proxy.http.chat import ChatService, PolicyBox
+from proxy.http.chat import ChatService
 from proxy.observability.metrics import Metrics
+from proxy.planner import PolicyBox
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier

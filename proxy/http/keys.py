@@ -7,8 +7,9 @@ from aiohttp import web
 from proxy.cache import SemanticCache
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.feedback import HitJudge
-from proxy.http.chat import ChatService, PolicyBox
+from proxy.http.chat import ChatService
 from proxy.observability.metrics import Metrics
+from proxy.planner import PolicyBox
 from proxy.settings import Settings
 from proxy.signing.signer import ContextSigner
 from proxy.upstream.client import Upstream

@@ -1,0 +1,119 @@
+"""What one chat request came to: the response headers that say it, and the canonical log line
+and metrics that count it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from proxy.feedback import PENDING
+from proxy.identity import Identity
+from proxy.model import Decision, Signature, Status
+from proxy.observability.metrics import Metrics
+
+log = structlog.get_logger("smartcache")
+
+# Reasons a client can act on, said in x-cache-reason on every response; the finer decision
+# reasons stay behind the debug headers.
+PUBLIC_REASONS = frozenset(
+    {
+        PENDING,
+        "regenerate",
+        "correction",
+        "session_reset",
+        "no_cache",
+        "no_store",
+        "topic_switch",
+        "intent_disabled",
+        "overloaded",
+    }
+)
+
+
+@dataclass
+class Outcome:
+    """Everything the canonical log line and the metrics need to know about one request."""
+
+    status: Status = Status.MISS
+    reason: str = ""
+    intent: str = "-"
+    score: float | None = None
+    cache_id: str | None = None
+    upstream_status: int | None = None
+    saved_prompt_tokens: int = 0
+    saved_completion_tokens: int = 0
+    upstream_cached_tokens: int = 0
+    stored: bool = False
+    prewarmed: bool = False
+    stages: dict[str, float] = field(default_factory=dict)
+    signature: Signature | None = None
+    response_id: str | None = None
+    decision: Decision | None = None
+
+
+def public_reason(reason: str) -> str | None:
+    head = reason.split(":", 1)[0]
+    return head if head in PUBLIC_REASONS else None
+
+
+def cache_headers(out: Outcome, *, debug: bool) -> dict[str, str]:
+    """``x-cache-*`` for the client; with ``debug``, the decision's inside too."""
+    headers = {"x-cache-status": out.status.value}
+    if out.status is not Status.HIT and (public := public_reason(out.reason)):
+        headers["x-cache-reason"] = public
+    if out.status is Status.HIT and out.score is not None:
+        headers["x-cache-similarity"] = f"{out.score:.4f}"
+    if debug:
+        headers.update(_debug_headers(out))
+    return headers
+
+
+def _debug_headers(out: Outcome) -> Mapping[str, str]:
+    headers = {"x-smartcache-reason": out.reason, "x-smartcache-intent": out.intent}
+    if out.score is not None:
+        headers["x-smartcache-score"] = f"{out.score:.4f}"
+    if out.signature is not None:
+        headers["x-smartcache-tags"] = json.dumps(out.signature.tags.to_json())  # ASCII-escaped
+    headers["x-smartcache-timings"] = ",".join(f"{k}={v * 1000:.1f}ms" for k, v in out.stages.items())
+    if out.decision is not None:
+        headers["x-smartcache-stage"] = out.decision.stage
+        if out.decision.verified is not None:
+            headers["x-smartcache-verified"] = f"{out.decision.verified:.4f}"
+    return headers
+
+
+def account(metrics: Metrics, out: Outcome, who: Identity, elapsed: float) -> None:
+    """The metrics of one request and its canonical log line."""
+    status = out.status.value.replace("-", "_")
+    metrics.observe_request(status, out.intent, out.reason.split(":")[0] or "-", elapsed)  # type: ignore[arg-type]
+    for stage, seconds in out.stages.items():
+        metrics.observe_stage(stage, seconds)  # type: ignore[arg-type]
+    if out.decision is not None:
+        metrics.decided(out.decision.stage, out.decision.reason)
+    if out.saved_prompt_tokens or out.saved_completion_tokens:
+        metrics.saved_tokens(out.saved_prompt_tokens, out.saved_completion_tokens)
+    if out.upstream_cached_tokens:
+        metrics.upstream_cached(out.upstream_cached_tokens)
+    log.info(
+        "chat.request",
+        status=out.status.value,
+        reason=out.reason,
+        intent=out.intent,
+        score=None if out.score is None else round(out.score, 4),
+        cache_id=out.cache_id,
+        upstream_status=out.upstream_status,
+        stored=out.stored,
+        latency_ms=round(elapsed * 1000, 2),
+        saved_tokens=out.saved_prompt_tokens + out.saved_completion_tokens,
+        upstream_cached_tokens=out.upstream_cached_tokens,
+        prewarmed=out.prewarmed,
+        tenant=who.tenant[:12],
+        stages_ms={k: round(v * 1000, 2) for k, v in out.stages.items()},
+        # which decision stage decided, what varied within its reason, the verifier's probability
+        decided_by=out.decision.stage if out.decision else None,
+        detail=out.decision.detail if out.decision else None,
+        verified=out.decision.verified if out.decision else None,
+    )

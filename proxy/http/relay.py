@@ -1,0 +1,110 @@
+"""Relaying an upstream chat answer to the client as it arrives, JSON or SSE, while reading what
+write-back and coalesced followers need out of it. A stream cut after its status line ends with an
+in-band error event, as OpenAI's own do; nothing but a whole answer is ever marked storable."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.http.outcome import Outcome
+from proxy.observability.metrics import Metrics
+from proxy.openai.sse import StreamTee, answer_of_completion
+from proxy.upstream import coalesce
+from proxy.upstream.client import Upstream, chat_headers
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """What an upstream call produced, as write-back and coalesced followers need it."""
+
+    response: web.StreamResponse
+    usage: dict[str, Any]
+    text: str | None = None  # None: no answer came back whole (error in-band, cut, client gone)
+    finish_reason: str | None = None
+    storable: bool = False  # complete, successful, plain text
+
+
+# the cache's own headers, computed once the upstream's status is known
+OurHeaders = Callable[[], dict[str, str]]
+
+
+async def relay_json(upstream: Upstream, body: dict[str, Any], headers: dict[str, str], out: Outcome,
+                     ours: OurHeaders) -> Relayed:  # fmt: skip
+    answer = await upstream.chat_json(body, headers)
+    out.upstream_status = answer.status
+    storable, usage = answer_of_completion(answer.body)
+    if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
+        out.response_id = answer.body["id"]
+    response = web.Response(
+        body=answer.raw, status=answer.status, content_type="application/json", headers={**answer.headers, **ours()}
+    )
+    text, finish = coalesce.plain_answer(answer.body)
+    return Relayed(response, usage, text, finish, storable is not None)
+
+
+async def relay_stream(
+    upstream: Upstream,
+    http: web.Request,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    strip_usage: bool,
+    out: Outcome,
+    ours: OurHeaders,
+    metrics: Metrics,
+) -> Relayed:
+    tee = StreamTee(strip_usage=strip_usage)
+    async with upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body)) as resp:
+        if resp.status_code >= 400:
+            raise await upstream.read_error(resp)
+        out.upstream_status = resp.status_code
+        response = web.StreamResponse(
+            status=resp.status_code,
+            headers={
+                **chat_headers(resp.headers),
+                **ours(),
+                "Content-Type": resp.headers.get("content-type", "text/event-stream"),
+                "Cache-Control": "no-cache",
+            },
+        )
+        await response.prepare(http)
+        try:
+            async for chunk in upstream.iter_bytes(resp):
+                if data := tee.feed(chunk):
+                    await response.write(data)
+            if rest := tee.flush():
+                await response.write(rest)
+            if not tee.done:
+                raise UpstreamUnavailable("upstream stream ended before [DONE]")
+            await response.write_eof()
+        except UpstreamError as exc:
+            # the status line is gone already: say so in-band, as OpenAI does, and store nothing
+            metrics.upstream_error(type(exc).__name__)
+            out.reason += ":upstream_cut"
+            await end_with_error(response, exc)
+            return Relayed(response, tee.usage or {})
+        except ConnectionResetError:
+            out.reason += ":client_gone"
+            return Relayed(response, tee.usage or {})
+    out.response_id = tee.response_id
+    whole = tee.done and not tee.tool_calls and not tee.malformed
+    return Relayed(
+        response,
+        tee.usage or {},
+        tee.text if whole else None,
+        tee.finish_reason,
+        tee.complete and bool(tee.text.strip()),
+    )
+
+
+async def end_with_error(response: web.StreamResponse, exc: UpstreamError) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await response.write(b"data: " + orjson.dumps(exc.to_body()) + b"\n\n")
+        await response.write_eof()

@@ -1,0 +1,98 @@
+"""The plan of one chat request: bypass, hit, half-hit or miss, with no transport.
+
+Feedback first (reset, regenerate, correction: the user's own words beat any score), then sign,
+look up and decide. The HTTP handler, offline replay, calibration and warm-up all plan through
+here, so what they measure is what serving does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from proxy.cache import SemanticCache
+from proxy.feedback import PENDING, UNSTORED, FeedbackReader, Signal, pending_best
+from proxy.identity import Identity
+from proxy.microbatch import Overloaded
+from proxy.model import Decision, Reason, Signature, Status
+from proxy.openai.request import ChatRequest
+from proxy.policy import IntentPolicy, Policy
+from proxy.signing.intent import IntentClassifier
+from proxy.signing.signer import ContextSigner
+from proxy.storage.base import StoreUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do with a request. ``policy`` is set exactly when its answer may be stored."""
+
+    status: Status
+    reason: str
+    signature: Signature | None = None
+    policy: IntentPolicy | None = None
+    decision: Decision | None = None
+
+
+@dataclass
+class PolicyBox:
+    """The policy in force and its classifier; swapped whole on reload."""
+
+    policy: Policy
+    classifier: IntentClassifier
+
+
+class Planner:
+    def __init__(
+        self, *, cache: SemanticCache, signer: ContextSigner, policy_box: PolicyBox, feedback: FeedbackReader
+    ) -> None:
+        self.cache, self.signer, self.policy_box, self.feedback = cache, signer, policy_box, feedback
+
+    async def plan(
+        self,
+        req: ChatRequest,
+        who: Identity,
+        *,
+        system_version: str | None = None,
+        stages: dict[str, float] | None = None,
+    ) -> Plan:
+        """A shared store that is down, or an embedder that is behind, costs the cache, never the
+        request: either plans a bypass."""
+        stages = {} if stages is None else stages
+        try:
+            return await self._plan(req, who, system_version, stages)
+        except StoreUnavailable:
+            return Plan(Status.BYPASS, Reason.STORE_UNAVAILABLE)
+        except Overloaded:
+            return Plan(Status.BYPASS, Reason.OVERLOADED)
+
+    async def _plan(
+        self, req: ChatRequest, who: Identity, system_version: str | None, stages: dict[str, float]
+    ) -> Plan:
+        if req.bypass_reason:
+            return Plan(Status.BYPASS, req.bypass_reason)
+        feedback = await self.feedback.read(req, who)
+        if feedback is Signal.RESET:
+            return Plan(Status.BYPASS, feedback.value)
+        t = time.perf_counter()
+        sig = await self.signer.sign(req, system_version=system_version, stages=stages)
+        # stages are disjoint: sign is normalising and tagging, embed the model calls within it
+        stages["sign"] = time.perf_counter() - t - stages.get("embed", 0.0)
+        policy = self.policy_box.policy.for_intent(sig.tags.intent)
+        if not policy.cache:
+            return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)
+        if feedback is not None:
+            # the user asked for an answer of their own: never served, never stored
+            return Plan(Status.MISS, feedback.value, sig, None if feedback.value in UNSTORED else policy)
+        skip = (Reason.TOPIC_SWITCH if sig.tags.context_switch else None) or (
+            Reason.NO_CACHE if req.controls.no_cache else None
+        )
+        if skip:
+            return Plan(Status.MISS, skip, sig, policy)
+        t = time.perf_counter()
+        decision = await self.cache.lookup(sig, req, who, policy, stages)
+        stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
+        if decision.status is Status.MISS and await pending_best(
+            self.cache, sig, req, who, policy, better_than=decision.score
+        ):
+            return Plan(Status.MISS, PENDING, sig, policy, decision)
+        return Plan(decision.status, decision.reason, sig, policy, decision)
