@@ -155,7 +155,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_check_policy(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from proxy.policy import PolicyError, load_policy, policy_table
+    from proxy.policy import PolicyError, load_policy
+    from proxy.policy_table import policy_table
 
     try:
         policy = load_policy(args.file)

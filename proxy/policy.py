@@ -12,19 +12,16 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, cast, get_args
+from typing import Any
 
 import yaml
 
-Scope = Literal["session", "user", "tenant", "global"]
-Check = Literal["budget", "dates", "counts", "entities"]
+from proxy.policy_values import CONVERTERS, SCOPES, BadValue, Check, Scope, describe, type_name
 
-SCOPES: tuple[Scope, ...] = get_args(Scope)  # narrowest pool first
-CHECKS: tuple[Check, ...] = get_args(Check)
 GENERAL = "general"
 
 _INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -152,7 +149,7 @@ def load_policy(path: Path) -> Policy:
         raise PolicyError(source, "(yaml)", f"not valid YAML: {_yaml_reason(exc)}") from exc
     if not isinstance(data, Mapping):
         raise PolicyError(
-            source, "(top level)", f"expected a mapping with version, defaults and intents, got {_type_name(data)}"
+            source, "(top level)", f"expected a mapping with version, defaults and intents, got {type_name(data)}"
         )
     return parse_policy(data, source)
 
@@ -164,7 +161,7 @@ def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
         raise PolicyError(
             source,
             "version",
-            f'expected a non-empty string, got {_describe(version)}; quote it, e.g. version: "2024-06-01"',
+            f'expected a non-empty string, got {describe(version)}; quote it, e.g. version: "2024-06-01"',
         )
     defaults = _defaults_block(_section(data, "defaults", source, required=True), source)
     # Built before the intents so a bad default is reported against `defaults`, not its heirs.
@@ -176,7 +173,7 @@ def parse_policy(data: Mapping[str, Any], source: str) -> Policy:
         raise PolicyError(
             source,
             "embedding_model",
-            f"expected the name of an embedding pack, got {_describe(model)}; e.g. embedding_model: use-multilingual",
+            f"expected the name of an embedding pack, got {describe(model)}; e.g. embedding_model: use-multilingual",
         )
     return Policy(version.strip(), defaults_policy, intents, classifier, source, model.strip() if model else None)
 
@@ -232,7 +229,7 @@ def _intents(block: Mapping[str, Any], defaults: Mapping[str, Any], source: str)
         if body is None:
             body = {}
         if not isinstance(body, Mapping):
-            raise PolicyError(source, where, f"expected a mapping of settings, got {_describe(body)}")
+            raise PolicyError(source, where, f"expected a mapping of settings, got {describe(body)}")
         body = _without_deprecated(body, where, source)
         _only_keys(body, _REQUIRED_DEFAULTS + _OPTIONAL_DEFAULTS + _INTENT_ONLY, where, source)
         own = {key: _coerce(key, value, f"{where}.{key}", source) for key, value in body.items()}
@@ -338,103 +335,9 @@ def _classifier(block: Mapping[str, Any], source: str) -> ClassifierSettings:
 
 def _coerce(key: str, value: Any, where: str, source: str) -> Any:
     try:
-        return _CONVERTER[key](value)
-    except _Bad as bad:
+        return CONVERTERS[key](value)
+    except BadValue as bad:
         raise PolicyError(source, where, str(bad)) from None
-
-
-class _Bad(Exception):
-    """One value's problem, before it learns its file and key."""
-
-
-def _as_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad(f"expected true or false, got {_describe(value)}")
-    return value
-
-
-def _as_unit(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Bad(f"expected a number between 0 and 1, got {_describe(value)}")
-    if not 0.0 <= value <= 1.0:
-        raise _Bad(f"{value} is outside [0, 1]; cosine thresholds and scores lie between 0 and 1")
-    return float(value)
-
-
-def _as_probability(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Bad(f"expected a probability between 0 and 1, or null for no verification, got {_describe(value)}")
-    if not 0.0 <= value <= 1.0:
-        raise _Bad(f"{value} is outside [0, 1]; the verifier's calibrated probabilities lie between 0 and 1")
-    return float(value)
-
-
-def _as_positive_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(f"expected a whole number, got {_describe(value)}")
-    if value < 1:
-        raise _Bad(f"{value} must be at least 1")
-    return value
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        if not isinstance(value, str) or value not in options:
-            raise _Bad(f"{_describe(value)} is not one of: {', '.join(options)}")
-        return value
-
-    return convert
-
-
-def _as_checks(value: Any) -> tuple[Check, ...]:
-    items = _as_texts(value)
-    for item in items:
-        if item not in CHECKS:
-            raise _Bad(f"unknown check {item!r}; use any of: {', '.join(CHECKS)}")
-    if len(set(items)) != len(items):
-        raise _Bad("a check is listed twice; list each once")
-    return cast(tuple[Check, ...], items)
-
-
-def _as_texts(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise _Bad(f"expected a list of strings, got {_describe(value)}")
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise _Bad(
-                f"expected non-empty strings, got {_describe(item)}; quote values such as yes, "
-                "no, on or 1.5 so YAML keeps them as text"
-            )
-    return tuple(item.strip() for item in value)
-
-
-_SCOPE = _choice(SCOPES)
-_CONVERTER: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
-    {
-        "cache": _as_bool,
-        "accept": _as_unit,
-        "candidate": _as_unit,
-        "direct_hit": _as_bool,
-        "validate": _as_checks,
-        "ttl": _as_positive_int,
-        "scope": _SCOPE,
-        "widen_to": _SCOPE,
-        "global_safe": _as_bool,
-        "feedback_floor": _as_unit,
-        "prewarm": _as_bool,
-        "restatement": _as_bool,
-        "verify_accept": _as_probability,
-        "exemplars": _as_texts,
-        "keywords": _as_texts,
-        "force": _as_bool,
-        "min_similarity": _as_unit,
-        "margin": _as_unit,
-        "followup_max_chars": _as_positive_int,
-        "topic_switch_similarity": _as_unit,
-    }
-)
 
 
 def _only_keys(block: Mapping[str, Any], allowed: tuple[str, ...], where: str, source: str) -> None:
@@ -456,68 +359,12 @@ def _section(data: Mapping[str, Any], key: str, source: str, *, required: bool) 
     if value is None and not required:
         return {}
     if not isinstance(value, Mapping) or (required and not value):
-        raise PolicyError(source, key, f"expected a non-empty mapping, got {_describe(value)}")
+        raise PolicyError(source, key, f"expected a non-empty mapping, got {describe(value)}")
     return value
-
-
-def policy_table(policy: Policy) -> list[dict[str, str]]:
-    """One row per intent, every cell a string, for ``smartcache check-policy``.
-
-    Cache settings of an intent that never caches are shown as "-": they have no effect.
-    """
-    return [_table_row(intent) for intent in policy.intents.values()]
-
-
-def _table_row(intent: IntentPolicy) -> dict[str, str]:
-    cached = {
-        "accept": _threshold(intent.accept),
-        "candidate": _threshold(intent.candidate),
-        "direct_hit": "yes" if intent.direct_hit else "no",
-        "verify_accept": "-" if intent.verify_accept is None else _threshold(intent.verify_accept),
-        "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
-        "ttl": _duration(intent.ttl),
-        "pools": "→".join(intent.pools),
-    }
-    return {
-        "intent": intent.name,
-        "cache": "yes" if intent.cache else "no",
-        **(cached if intent.cache else dict.fromkeys(cached, "-")),
-        "keywords": f"{len(intent.keywords)}{' (force)' if intent.force else ''}",
-        "exemplars": str(len(intent.exemplars)),
-    }
-
-
-def _threshold(value: float) -> str:
-    """As the file has it, at least two decimals: rounding would show 0.999 as 1.00."""
-    text = repr(float(value))
-    return f"{value:.2f}" if "e" not in text and len(text.partition(".")[2]) < 2 else text
-
-
-def _duration(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
-
-
-def _type_name(value: Any) -> str:
-    return {
-        type(None): "nothing",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }.get(type(value), type(value).__name__)
-
-
-def _describe(value: Any) -> str:
-    return f"{_type_name(value)} ({value!r})" if not isinstance(value, dict | list) else _type_name(value)
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from proxy import cli
-from proxy.policy import load_policy, policy_table
+from proxy.policy import load_policy
+from proxy.policy_table import policy_table
 from proxy.settings import DEFAULT_POLICY
 
 

@@ -17,8 +17,8 @@ from proxy.policy import (
     PolicyError,
     load_policy,
     parse_policy,
-    policy_table,
 )
+from proxy.policy_table import policy_table
 from proxy.text.phrases import keyword_intent
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"

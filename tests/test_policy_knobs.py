@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import PolicyDeprecation, PolicyError, parse_policy, policy_table
+from proxy.policy import PolicyDeprecation, PolicyError, parse_policy
+from proxy.policy_table import policy_table
 from proxy.settings import DEFAULT_POLICY
 
 DEFAULTS = {
