@@ -14,12 +14,12 @@ import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["MicroBatcher", "Overloaded"]
+__all__ = ["BatchedFront", "MicroBatcher", "Overloaded"]
 
 
 class Overloaded(Exception):
@@ -138,3 +138,28 @@ class MicroBatcher(Generic[T, R]):
                 if not job.future.done():
                     job.future.set_result(results[start:end])
                 start = end
+
+
+class BatchedFront:
+    """What every async model front built on a :class:`MicroBatcher` shows: its counters, and
+    start and close of its worker."""
+
+    _batcher: MicroBatcher[Any, Any]
+
+    @property
+    def model_calls(self) -> int:
+        return self._batcher.model_calls
+
+    @property
+    def overloaded(self) -> int:
+        return self._batcher.overloaded
+
+    @property
+    def pending(self) -> int:
+        return self._batcher.pending
+
+    def start(self) -> None:
+        self._batcher.start()
+
+    async def close(self) -> None:
+        await self._batcher.close()

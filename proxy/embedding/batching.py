@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from proxy.embedding.backends import SyncEmbedder
-from proxy.microbatch import MicroBatcher
+from proxy.microbatch import BatchedFront, MicroBatcher
 
 
-class BatchingEmbedder:
+class BatchingEmbedder(BatchedFront):
     def __init__(
         self,
         backend: SyncEmbedder,
@@ -36,24 +36,6 @@ class BatchingEmbedder:
             max_pending=max_pending,
             timeout_s=timeout_s,
         )
-
-    @property
-    def model_calls(self) -> int:
-        return self._batcher.model_calls
-
-    @property
-    def overloaded(self) -> int:
-        return self._batcher.overloaded
-
-    @property
-    def pending(self) -> int:
-        return self._batcher.pending
-
-    def start(self) -> None:
-        self._batcher.start()
-
-    async def close(self) -> None:
-        await self._batcher.close()
 
     async def embed(self, texts: Sequence[str], *, bounded: bool = True) -> np.ndarray:
         """Rows for ``texts``; a request-path call (``bounded``) may raise ``Overloaded``."""

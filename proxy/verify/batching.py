@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.microbatch import MicroBatcher, Overloaded
+from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
 from proxy.model import Candidate, Record, Signature
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
@@ -42,7 +42,7 @@ def record_side(record: Record) -> PairSide:
     )
 
 
-class BatchingVerifier:
+class BatchingVerifier(BatchedFront):
     def __init__(
         self,
         verifier: Verifier,
@@ -61,20 +61,6 @@ class BatchingVerifier:
             max_pending=max_pending,
             timeout_s=timeout_s,
         )
-
-    @property
-    def model_calls(self) -> int:
-        return self._batcher.model_calls
-
-    @property
-    def overloaded(self) -> int:
-        return self._batcher.overloaded
-
-    def start(self) -> None:
-        self._batcher.start()
-
-    async def close(self) -> None:
-        await self._batcher.close()
 
     async def score(self, pairs: Sequence[Pair]) -> list[float]:
         """One probability per pair, in order; :class:`VerifierBusy` rather than a long wait."""
