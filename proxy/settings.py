@@ -15,7 +15,8 @@ from typing import Any, get_args, get_type_hints
 
 import yaml
 
-FLAVOURS = ("vllm", "sglang", "llamacpp", "openai", "generic")
+from proxy.upstream.hints import FLAVOURS
+
 PREFIX = "SMARTCACHE_"  # of the environment variables read as settings
 
 
