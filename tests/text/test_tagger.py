@@ -6,7 +6,6 @@ from proxy.text.entities import Entities, entities_conflict, extract_entities, m
 from proxy.text.normalize import Segmenter
 from proxy.text.numbers import NumericConstraint
 from proxy.text.phrases import is_correction, is_reset_phrase, keyword_intent
-from proxy.text.skeleton import task_skeleton
 
 N = NumericConstraint
 
@@ -239,22 +238,3 @@ def test_is_reset_phrase(text: str, expected: bool) -> None:
 )
 def test_is_correction(text: str, expected: bool) -> None:
     assert is_correction(text) is expected
-
-
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        pytest.param(["推荐杭州市区的酒店"], ["杭州市区有什么酒店推荐"], id="zh-word-order"),
-        pytest.param(["Recommend hotels in Hangzhou"], ["Which hotel in Hangzhou would you recommend?"], id="en"),
-    ],
-)
-def test_task_skeleton_stable_for_paraphrases(a: list[str], b: list[str]) -> None:
-    assert task_skeleton(a) == task_skeleton(b)
-    assert task_skeleton(a)
-
-
-def test_task_skeleton_tells_tasks_apart() -> None:
-    assert task_skeleton(["帮我写一封请假邮件"]) != task_skeleton(["帮我写一封投诉邮件"])
-    skeleton = task_skeleton(["周末去杭州玩三天", "帮我排一个行程", "那家酒店的早餐怎么样"])
-    assert "杭州" in skeleton.split()
-    assert len(skeleton.split()) <= 5
