@@ -13,9 +13,7 @@ the callers, which keeps cardinality bounded.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -157,16 +155,6 @@ class Metrics:
     def observe_stage(self, stage: Stage, seconds: float) -> None:
         _check(stage, STAGES, "stage")
         self._stage.labels(stage).observe(seconds)
-
-    @contextmanager
-    def stage_timer(self, stage: Stage) -> Iterator[None]:
-        """Time a block as one stage; a block that raises is still timed."""
-        _check(stage, STAGES, "stage")
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._stage.labels(stage).observe(time.perf_counter() - started)
 
     def hit_judged(self, outcome: Outcome) -> None:
         _check(outcome, OUTCOMES, "outcome")

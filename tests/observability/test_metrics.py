@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import prometheus_client
@@ -117,24 +116,6 @@ def test_set_records_replaces_the_whole_gauge() -> None:
     assert value(metrics, "smartcache_records", state="ready", scope="tenant") == 0
 
 
-def test_stage_timer_times_the_block() -> None:
-    metrics = Metrics()
-    with metrics.stage_timer("embed"):
-        time.sleep(0.03)
-    assert value(metrics, "smartcache_stage_seconds_count", stage="embed") == 1
-    elapsed = value(metrics, "smartcache_stage_seconds_sum", stage="embed")
-    assert elapsed is not None and 0.03 <= elapsed < 1.0
-    assert value(metrics, "smartcache_stage_seconds_bucket", stage="embed", le="0.025") == 0
-    assert value(metrics, "smartcache_stage_seconds_count", stage="index") == 0
-
-
-def test_stage_timer_records_a_failing_block_and_reraises() -> None:
-    metrics = Metrics()
-    with pytest.raises(RuntimeError, match="boom"), metrics.stage_timer("upstream"):
-        raise RuntimeError("boom")
-    assert value(metrics, "smartcache_stage_seconds_count", stage="upstream") == 1
-
-
 def test_observe_stage_adds_to_the_histogram() -> None:
     metrics = Metrics()
     metrics.observe_stage("decide", 0.0002)
@@ -148,7 +129,6 @@ def test_observe_stage_adds_to_the_histogram() -> None:
     [
         pytest.param(lambda m: m.observe_request("half-hit", "travel", "x", 0.1), "status", id="header-spelling"),
         pytest.param(lambda m: m.observe_stage("lookup", 0.1), "stage", id="unknown-stage"),
-        pytest.param(lambda m: m.stage_timer("lookup").__enter__(), "stage", id="unknown-timer-stage"),
         pytest.param(lambda m: m.hit_judged("maybe"), "outcome", id="unknown-judgement"),
         pytest.param(lambda m: m.write("stored"), "outcome", id="unknown-write"),
         pytest.param(lambda m: m.set_records({("gone", "session"): 1}), "state", id="unknown-state"),
