@@ -34,6 +34,21 @@ NEGATIVE_FEEDBACK = -0.6
 POSITIVE_FEEDBACK = 0.1
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What one search brought back: the ready candidates the decision reads, and the best score
+    of a visible pending record of the request's intent (an answer still in its feedback window)."""
+
+    ready: list[Candidate]
+    best_pending: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    decision: Decision
+    best_pending: float | None = None
+
+
 @dataclass
 class _Rebuild:
     """What lands while the index is rebuilt off the loop: replayed onto the new graph after the swap."""
@@ -170,9 +185,7 @@ class SemanticCache:
             self.pools.discard(label)
         self.index.delete(labels)
 
-    async def candidates(
-        self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy
-    ) -> list[Candidate]:
+    async def candidates(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Found:
         namespace = request.controls.namespace or ""
 
         def admit(label: int) -> bool:
@@ -194,23 +207,19 @@ class SemanticCache:
         now = self.clock()
         # the request's own max-age / ttl also bounds the age of what it is served, as in HTTP
         oldest = -float("inf") if request.controls.ttl is None else now - request.controls.ttl
-        out = []
+        ready, pending = [], []
         for label, score in top:
             r = rows.get(label)
-            if (
-                r is not None
-                and r.state == "ready"
-                and r.expires_at > now
-                and r.created_at >= oldest
-                and r.feedback_score >= policy.feedback_floor
-                and visible(r, who, policy.widen_to)
-            ):
+            if r is None or r.expires_at <= now or r.created_at < oldest or not visible(r, who, policy.widen_to):
+                continue
+            if r.state == "ready" and r.feedback_score >= policy.feedback_floor:
                 same = r.tenant == who.tenant and r.session == who.session
                 gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
-                out.append(
-                    Candidate(r, score, float(r.qvector_array() @ sig.question_vector), same_session=same, turn_gap=gap)
-                )
-        return out
+                question = float(r.qvector_array() @ sig.question_vector)
+                ready.append(Candidate(r, score, question, same_session=same, turn_gap=gap))
+            elif r.state == "pending" and r.intent == sig.tags.intent:
+                pending.append(min(score, float(r.qvector_array() @ sig.question_vector)))
+        return Found(ready, max(pending, default=None))
 
     async def nearest(
         self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool]
@@ -230,16 +239,16 @@ class SemanticCache:
         who: Identity,
         policy: IntentPolicy,
         stages: dict[str, float] | None = None,
-    ) -> Decision:
+    ) -> Lookup:
         found = await self.candidates(sig, request, who, policy)
-        verdicts = await self._verdicts(found, sig, policy, stages)
+        verdicts = await self._verdicts(found.ready, sig, policy, stages)
         t0 = time.perf_counter()
-        decision = decide(found, sig, policy, verdicts=verdicts)
+        decision = decide(found.ready, sig, policy, verdicts=verdicts)
         if stages is not None:
             stages["decide"] = time.perf_counter() - t0
         if decision.status is Status.MISS and decision.reason is Reason.VALIDATION_FAILED and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
-        return decision
+        return Lookup(decision, found.best_pending)
 
     async def _verdicts(
         self, found: list[Candidate], sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None

@@ -19,9 +19,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy.cache import SemanticCache, visible
+from proxy.cache import SemanticCache
 from proxy.identity import Identity
-from proxy.model import Signature
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
@@ -132,42 +131,10 @@ class FeedbackReader:
         return signal
 
 
-async def pending_best(
-    cache: SemanticCache,
-    sig: Signature,
-    request: ChatRequest,
-    who: Identity,
-    policy: IntentPolicy,
-    *,
-    better_than: float | None,
-) -> bool:
+def pending_would_serve(best_pending: float | None, policy: IntentPolicy, *, better_than: float | None) -> bool:
     """Would a pending answer (one still inside the feedback window) have been served? True when
     a visible pending record of the same intent scores at least ``accept`` and above the best
-    ready candidate, so the miss can say why: the user's second try within the window is not
-    a broken cache. Only asked on a miss, so a hit never pays for it."""
-    namespace = request.controls.namespace or ""
-
-    def admit(label: int) -> bool:
-        key = cache.pools.keys.get(label)
-        return (
-            key is not None
-            and key.intent == sig.tags.intent
-            and key.model == request.model
-            and key.namespace == namespace
-            and key.system_prompt_version == sig.system_prompt_version
-            and visible(key, who, policy.widen_to)
-        )
-
-    found: dict[int, float] = {}
-    for label, score in await cache.nearest(sig.vector, who, policy.widen_to, admit):
-        found[label] = max(score, found.get(label, -1.0))
-    top = sorted(found.items(), key=lambda kv: -kv[1])[: cache.top_k]
-    now = cache.clock()
+    ready candidate, so the miss can say why: the user's second try within the window is not a
+    broken cache. The scores come from the lookup's own search: a miss pays nothing more."""
     floor = max(policy.accept, -1.0 if better_than is None else better_than)
-    for record in await cache.store.get_many([label for label, _ in top]):
-        if record.state != "pending" or record.expires_at <= now or record.label is None:
-            continue
-        score = min(found[record.label], float(record.qvector_array() @ sig.question_vector))
-        if score >= floor:
-            return True
-    return False
+    return best_pending is not None and best_pending >= floor

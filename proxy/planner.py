@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from proxy.cache import SemanticCache
-from proxy.feedback import PENDING, UNSTORED, FeedbackReader, Signal, pending_best
+from proxy.feedback import PENDING, UNSTORED, FeedbackReader, Signal, pending_would_serve
 from proxy.identity import Identity
 from proxy.microbatch import Overloaded
 from proxy.model import Decision, Reason, Signature, Status
@@ -89,10 +89,11 @@ class Planner:
         if skip:
             return Plan(Status.MISS, skip, sig, policy)
         t = time.perf_counter()
-        decision = await self.cache.lookup(sig, req, who, policy, stages)
+        found = await self.cache.lookup(sig, req, who, policy, stages)
         stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
-        if decision.status is Status.MISS and await pending_best(
-            self.cache, sig, req, who, policy, better_than=decision.score
+        decision = found.decision
+        if decision.status is Status.MISS and pending_would_serve(
+            found.best_pending, policy, better_than=decision.score
         ):
             return Plan(Status.MISS, PENDING, sig, policy, decision)
         return Plan(decision.status, decision.reason, sig, policy, decision)
