@@ -69,6 +69,14 @@ class Settings:
     # other /v1 routes stream both ways, so this guards the upstream, not our memory; OpenAI's
     # own file uploads go up to 512 MB
     passthrough_max_body_bytes: int = 512 * 1024 * 1024
+    # the HTTP server's own limits, applied by aiohttp's parser before any handler runs: a request
+    # past them is refused with 400 and its connection closed
+    max_request_line_bytes: int = 8190  # method, path and query string
+    max_header_bytes: int = 8190  # one header line (its name or its value)
+    max_headers: int = 128
+    # an idle client connection (before its first request or between two) is closed after this;
+    # aiohttp's own default is an hour, which lets idle sockets pile up to the descriptor limit
+    keepalive_timeout: float = 75.0
     upstream_timeout: float = 600.0
     upstream_connect_timeout: float = 10.0
     top_k: int = 8
@@ -151,6 +159,10 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("passthrough_max_body_bytes", s.passthrough_max_body_bytes >= 1024, ">= 1024"),
         ("top_k", 1 <= s.top_k <= 256, "between 1 and 256"),
         ("max_records", s.max_records >= 1, ">= 1"),
+        ("max_request_line_bytes", s.max_request_line_bytes >= 1024, ">= 1024"),
+        ("max_header_bytes", s.max_header_bytes >= 1024, ">= 1024"),
+        ("max_headers", s.max_headers >= 16, ">= 16"),
+        ("keepalive_timeout", s.keepalive_timeout > 0, "> 0 seconds"),
         ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),
         ("embed_max_batch", s.embed_max_batch >= 1, ">= 1"),
         ("embed_max_pending", s.embed_max_pending >= 1, ">= 1"),

@@ -124,11 +124,26 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
 
 
+def server_limits(settings: Settings) -> dict[str, float | int]:
+    """The connection handler's limits. They travel with the app, so every runner that serves it
+    (the CLI, the demo, a test server) applies them."""
+    return {
+        "max_line_size": settings.max_request_line_bytes,
+        "max_field_size": settings.max_header_bytes,
+        "max_headers": settings.max_headers,
+        "keepalive_timeout": settings.keepalive_timeout,
+    }
+
+
 def create_app(settings: Settings, *, backend: SyncEmbedder | None = None) -> web.Application:
     """``backend``: an already loaded embedding model to share (tests, replay); default: load the
     configured pack."""
     # client_max_size is a backstop: routes.read_body enforces the configured limit with a clear error
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes + 1024)
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=settings.max_body_bytes + 1024,
+        handler_args=server_limits(settings),
+    )
     app[keys.SETTINGS] = settings
     app[keys.METRICS] = Metrics()
     if backend is not None:
