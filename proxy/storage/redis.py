@@ -18,6 +18,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from proxy.model import Record, RecordState, SessionLast
 from proxy.storage import redis_lua
@@ -72,8 +74,16 @@ class RedisStore:
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = "sc:", timeout: float = 2.0) -> RedisStore:
+        # one retry on a connection error: after an outage, each connection pooled before it died
+        # with the old server and fails its next command, which that server never ran. A retry
+        # of a command that did run is harmless: an insert refuses a cache id already stored,
+        # state changes are conditional, and a hit or feedback counted twice is noise
         client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=15
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            health_check_interval=15,
+            retry=Retry(NoBackoff(), 1),
         )
         with _unavailable():
             await client.ping()
