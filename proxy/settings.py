@@ -54,6 +54,9 @@ class Settings:
     # where records live: "sqlite" (data_dir, one replica) or "redis" (redis_url, shared by replicas)
     store: str = "sqlite"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # auto: probe the Redis server for vector search (FT.*) at start and report it (log, /metrics);
+    # off: do not probe. The replica's own HNSW index searches either way (proxy/storage/redis_probe.py)
+    redis_vector_search: str = "auto"
     policy: Path | None = None  # None: the shipped policy for the embedding pack (shipped_policy)
     embedding_model: str = "e5-small-multilingual"
     model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
@@ -66,6 +69,9 @@ class Settings:
     ready_after: float = 60.0  # feedback window before a pending answer becomes reusable
     regenerate_window: float = 600.0  # the identical request re-sent within this is a regenerate
     max_body_bytes: int = 10 * 1024 * 1024  # chat requests, which are read whole
+    # messages in one chat request; the body limit alone lets through hundreds of thousands of
+    # empty turns, each normalised and tagged
+    max_messages: int = 4096
     # other /v1 routes stream both ways, so this guards the upstream, not our memory; OpenAI's
     # own file uploads go up to 512 MB
     passthrough_max_body_bytes: int = 512 * 1024 * 1024
@@ -154,8 +160,10 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
         ("store", s.store in ("sqlite", "redis"), "sqlite or redis"),
         ("redis_url", s.redis_url.startswith(("redis://", "rediss://", "unix://")), "a redis:// URL"),
+        ("redis_vector_search", s.redis_vector_search in ("auto", "off"), "auto or off"),
         ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
         ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
+        ("max_messages", s.max_messages >= 1, ">= 1"),
         ("passthrough_max_body_bytes", s.passthrough_max_body_bytes >= 1024, ">= 1024"),
         ("top_k", 1 <= s.top_k <= 256, "between 1 and 256"),
         ("max_records", s.max_records >= 1, ">= 1"),

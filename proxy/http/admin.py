@@ -1,7 +1,8 @@
 """The admin API, behind ``Authorization: Bearer $SMARTCACHE_ADMIN_TOKEN``.
 
 With no token configured the routes answer 404, as if they did not exist. Invalidation is a
-dry run unless the body says ``"apply": true``.
+dry run unless the body says ``"apply": true``; a tenant purge is not, since it is what a revoked
+key calls for at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aiohttp import web
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
+from proxy.identity import tenant_of
 from proxy.model import RecordState
 from proxy.parts import load_policy_for
 from proxy.policy import PolicyError
@@ -167,6 +169,29 @@ async def invalidate(request: web.Request) -> web.Response:
     return web.json_response({"matched": len(matched), "applied": applied})
 
 
+def _tenant_named(body: dict[str, Any], salt: str) -> str:
+    """A tenant named by its API key (the tenant id is the key's salted hash, which only this
+    installation can compute) or by the id /admin/records shows."""
+    api_key, tenant = body.get("api_key"), body.get("tenant")
+    if (api_key is None) == (tenant is None) or set(body) - {"api_key", "tenant"}:
+        raise InvalidRequest("name the tenant by exactly one of 'api_key' (the revoked key) or 'tenant' (its id)")
+    if api_key is not None:
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise InvalidRequest("'api_key' must be a non-empty string", param="api_key")
+        return tenant_of(f"Bearer {api_key}", salt=salt)
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidRequest("'tenant' must be a tenant id such as t-…", param="tenant")
+    return tenant
+
+
+async def purge_tenant(request: web.Request) -> web.Response:
+    """Every record of one tenant deleted, whatever its state: the rejected and invalid ones kept
+    for audit hold that tenant's answers too."""
+    tenant = _tenant_named(await _json_body(request), request.app[keys.TENANT_SALT])
+    purged = await request.app[keys.CACHE].retire(Selector(tenant=tenant, states=None), to=None)
+    return web.json_response({"tenant": tenant, "purged": len(purged)})
+
+
 async def reset_session(request: web.Request) -> web.Response:
     body = await _json_body(request)
     tenant = body.get("tenant")
@@ -230,5 +255,6 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_delete("/admin/records/{cache_id}", guarded(delete_record))
     r.add_post("/admin/invalidate", guarded(invalidate))
     r.add_post("/admin/sessions/{session}/reset", guarded(reset_session))
+    r.add_post("/admin/tenants/purge", guarded(purge_tenant))
     r.add_post("/admin/feedback", guarded(feedback))
     r.add_post("/admin/policy/reload", guarded(reload_policy_route))

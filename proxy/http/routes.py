@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.errors import BodyTooLarge
+from proxy.errors import BodyTooLarge, InvalidRequest
 from proxy.http import keys
 from proxy.identity import identify
 from proxy.openai.request import parse_chat_request
@@ -58,6 +58,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     t = time.perf_counter()
     raw = await read_body(request, settings.max_body_bytes)
     chat_request = parse_chat_request(raw, cache_control=request.headers.get("Cache-Control"))
+    if len(chat_request.messages) > settings.max_messages:
+        raise InvalidRequest(
+            f"'messages' has {len(chat_request.messages)} entries; this proxy takes at most "
+            f"{settings.max_messages} (setting max_messages)",
+            param="messages",
+        )
     who = identify(request.headers, chat_request, salt=app[keys.TENANT_SALT])
     app[keys.METRICS].observe_stage("parse", time.perf_counter() - t)
     return await app[keys.CHAT].handle(request, chat_request, who)

@@ -23,8 +23,6 @@ from proxy.http import keys
 from proxy.storage.base import Selector
 from tests.conftest import Proxy, ProxyFactory, Upstream
 
-pytestmark = pytest.mark.asyncio
-
 
 def chat_body(text: str, *, model: str = "m", stream: bool = False, **extra: object) -> bytes:
     return orjson.dumps({"model": model, "messages": [{"role": "user", "content": text}], "stream": stream, **extra})
