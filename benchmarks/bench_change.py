@@ -31,6 +31,7 @@ import yaml
 
 from proxy.decision.change import ChangeKind, detect_change
 from proxy.text.entities import extract_entities, merge_entities
+from proxy.text.normalize import normalize_text
 from proxy.text.phrases import keyword_intent
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
@@ -242,16 +243,20 @@ def forced_keywords(policy_file: Path) -> dict[str, list[str]]:
 def keyword_intents(case: Case, keywords: Mapping[str, Sequence[str]]) -> tuple[str, str]:
     running = "general"
     for text in case.context:
-        running = keyword_intent(text, keywords) or running
-    return running, keyword_intent(case.turn, keywords) or running
+        running = keyword_intent(normalize_text(text), keywords) or running
+    return running, keyword_intent(normalize_text(case.turn), keywords) or running
 
 
 def predict(case: Case, intents: tuple[str, str]) -> ChangeKind:
-    history = [extract_entities(text) for text in case.context]
-    candidate = merge_entities(history[:-1], history[-1]) if history else merge_entities([], extract_entities(""))
-    request = merge_entities(history, extract_entities(case.turn))
+    history = [extract_entities(normalize_text(text)) for text in case.context]
+    candidate = (
+        merge_entities(history[:-1], history[-1])
+        if history
+        else merge_entities([], extract_entities(normalize_text("")))
+    )
+    request = merge_entities(history, extract_entities(normalize_text(case.turn)))
     return detect_change(
-        case.turn,
+        normalize_text(case.turn),
         candidate_entities=candidate,
         request_entities=request,
         candidate_intent=intents[0],

@@ -26,7 +26,6 @@ from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import Pools
-from proxy.text.normalize import system_prompt_version
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
 SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
@@ -368,7 +367,7 @@ def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> 
     x-smartcache-system-version header could name another tenant's prompt and poison its pool).
     Otherwise ``scope``. Global also needs the intent marked safe, and never holds personal
     answers: those stop at the tenant."""
-    asserted = sig.system_prompt_version != system_prompt_version(request.system_text)
+    asserted = sig.system_version_asserted
     pasted = any(len(m.text) > PASTED_CHARS for m in request.messages if m.role == "user")
     personal = bool(sig.tags.entities.people) or asserted or pasted
     scope = policy.scope if personal else policy.widen_to

@@ -24,6 +24,7 @@ from proxy.identity import Identity
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
+from proxy.signing.conversation import Conversation
 from proxy.signing.signer import request_hash
 from proxy.text.phrases import is_correction, is_reset_phrase
 
@@ -106,9 +107,8 @@ class FeedbackReader:
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
         self.regenerate_window = regenerate_window
 
-    async def read(self, req: ChatRequest, who: Identity) -> Signal | None:
-        text = req.last_user_text
-        if is_reset_phrase(text):
+    async def read(self, req: ChatRequest, conv: Conversation, who: Identity) -> Signal | None:
+        if is_reset_phrase(conv.current):
             await self.cache.invalidate_session(who.tenant, who.session)
             self.judge.corrected(who)
             return Signal.RESET
@@ -118,7 +118,7 @@ class FeedbackReader:
         window = regenerate_window(who, self.regenerate_window)
         if last.request_hash == request_hash(req) and self.clock() - last.at <= window:
             signal = Signal.REGENERATE
-        elif is_correction(text):
+        elif is_correction(conv.current):
             signal = Signal.CORRECTION
         else:
             return None

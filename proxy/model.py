@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from proxy.text.entities import Entities
+from proxy.text.normalize import NormalText
 
 
 class RecordState(StrEnum):
@@ -63,9 +64,10 @@ class Signature:
     system_prompt_version: str
     context_fingerprint: str
     request_hash: str
-    current_text: str  # normalised current user turn
-    active_user_text: str  # the user turns that make up the view, normalised (constraints come from here)
+    current_text: NormalText  # the current user turn
     view_text: str
+    # the version came from the caller (x-smartcache-system-version), not from the prompt itself
+    system_version_asserted: bool = False
     previous_reply: str = ""  # the last assistant message before this turn, normalised and cut
     turn_index: int = 1  # user turns so far, this one included
     # set when this turn spells out the previous, elliptical user turn (lexical.restates): the

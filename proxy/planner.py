@@ -70,13 +70,16 @@ class Planner:
     ) -> Plan:
         if req.bypass_reason:
             return Plan(Status.BYPASS, req.bypass_reason)
-        feedback = await self.feedback.read(req, who)
+        t = time.perf_counter()
+        conv = self.signer.read(req)  # the one normalisation of the request's text
+        reading = time.perf_counter() - t
+        feedback = await self.feedback.read(req, conv, who)
         if feedback is Signal.RESET:
             return Plan(Status.BYPASS, feedback.value)
         t = time.perf_counter()
-        sig = await self.signer.sign(req, system_version=system_version, stages=stages)
+        sig = await self.signer.sign(req, conv, system_version=system_version, stages=stages)
         # stages are disjoint: sign is normalising and tagging, embed the model calls within it
-        stages["sign"] = time.perf_counter() - t - stages.get("embed", 0.0)
+        stages["sign"] = reading + time.perf_counter() - t - stages.get("embed", 0.0)
         policy = self.policy_box.policy.for_intent(sig.tags.intent)
         if not policy.cache:
             return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)

@@ -19,6 +19,7 @@ from proxy.policy import (
     parse_policy,
 )
 from proxy.policy_table import policy_table
+from proxy.text.normalize import normalize_text
 from proxy.text.phrases import keyword_intent
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
@@ -47,7 +48,9 @@ def shipped() -> Policy:
 
 def forced(policy: Policy, text: str) -> str | None:
     """The intent the classifier's keyword matcher forces for ``text``, if any."""
-    return keyword_intent(text, {name: intent.keywords for name, intent in policy.intents.items() if intent.force})
+    return keyword_intent(
+        normalize_text(text), {name: intent.keywords for name, intent in policy.intents.items() if intent.force}
+    )
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from proxy.text.entities import Entities, entities_conflict
-from proxy.text.normalize import Segmenter
+from proxy.text.normalize import NormalText
 from proxy.text.phrases import change_instruction, change_signals
 
 __all__ = ["ChangeKind", "ChangeVerdict", "change_instruction", "detect_change", "new_entity_slots"]
@@ -47,20 +47,19 @@ def new_entity_slots(candidate: Entities, request: Entities) -> list[str]:
 
 
 def detect_change(
-    current_turn: str,
+    current_turn: NormalText,
     *,
     candidate_entities: Entities,
     request_entities: Entities,
     candidate_intent: str,
     request_intent: str,
-    segmenter: Segmenter | None = None,
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
 
     Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
     conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
     """
-    phrases = change_signals(current_turn, segmenter=segmenter)
+    phrases = change_signals(current_turn)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
     if candidate_intent and request_intent and candidate_intent != request_intent:
         return ChangeVerdict(ChangeKind.NEW_TOPIC, (f"intent:{candidate_intent}->{request_intent}", *topic))

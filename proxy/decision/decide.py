@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from proxy.decision.change import ChangeKind, ChangeVerdict, detect_change
-from proxy.decision.validate import KeyFacts, extract_constraints, validate_answer
+from proxy.decision.validate import KeyFacts, constraints_of, validate_answer
 from proxy.model import Candidate, Decision, Reason, Signature, Status
 from proxy.policy import IntentPolicy
 from proxy.signing.signer import fold_space
@@ -214,7 +214,7 @@ def direct_hit(ctx: DecisionContext) -> Decision | None:
 
 def answer_validation(ctx: DecisionContext) -> Decision | None:
     facts = KeyFacts.from_json(dict(ctx.best.record.key_facts))
-    checked = validate_answer(facts, extract_constraints(ctx.sig.active_user_text), ctx.policy.validate)
+    checked = validate_answer(facts, constraints_of(ctx.sig.tags.entities), ctx.policy.validate)
     if checked.ok:
         return None
     return ctx.about_best(Status.MISS, Reason.VALIDATION_FAILED, signals=False, failed_checks=checked.failures)

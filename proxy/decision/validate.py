@@ -1,7 +1,7 @@
 """The answer-validation stage of the decision: the key facts of a cached answer against the request.
 
 Key facts are extracted once, when an answer is written, and stored as JSON on its record;
-constraints come from the request's active user text at serve time. Checks are hard rules:
+constraints come from the request's entities (its coarse tags) at serve time. Checks are hard rules:
 a price above the budget, a date or place that differs, a list of 3 when 5 were asked fail.
 An answer that states nothing checkable passes: it has nothing to contradict.
 """
@@ -9,13 +9,13 @@ An answer that states nothing checkable passes: it has nothing to contradict.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
-from proxy.text.normalize import Segmenter, default_segmenter, normalize_text
+from proxy.text.normalize import NormalText, Segmenter, default_segmenter, normalize_text
 from proxy.text.numbers import extract_numbers
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
@@ -102,7 +102,7 @@ def _item_number(line: str) -> int:
     return value + (digits.index(ones) + 1 if ones else 0)
 
 
-def _day_sections(norm_lines: list[str]) -> int:
+def _day_sections(norm_lines: Sequence[str]) -> int:
     days = [int(next(g for g in m.groups() if g)) for m in map(_DAY_HEADER.match, norm_lines) if m]
     return max(days, default=0)
 
@@ -122,7 +122,7 @@ def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -
                 dates.append(int(n.value))
             elif n.slot not in ("time", "weekday"):
                 units.append((n.value, n.unit))
-    entities = extract_entities("\n".join(norm_lines), segmenter=seg, normalized=True)
+    entities = extract_entities(NormalText("\n".join(norm_lines)), segmenter=seg)
     blocks = [b for b in re.split(r"\n\s*\n", answer_text.strip()) if b.strip()]
     return KeyFacts(
         money=tuple(dict.fromkeys(money)),
@@ -157,10 +157,15 @@ def _single(entities: Entities, slot: str) -> float | None:
 
 
 def extract_constraints(request_text: str, *, segmenter: Segmenter | None = None) -> Constraints:
-    """Constraints of the user turns of a request, one turn per line; later lines override."""
+    """Constraints of user turns written one per line; later lines override."""
     seg = segmenter or default_segmenter()
-    turns = [extract_entities(line, segmenter=seg) for line in request_text.splitlines() if line.strip()]
-    active = merge_entities(turns[:-1], turns[-1]) if turns else Entities()
+    lines = [line for line in request_text.splitlines() if line.strip()]
+    turns = [extract_entities(normalize_text(line, segmenter=seg), segmenter=seg) for line in lines]
+    return constraints_of(merge_entities(turns[:-1], turns[-1]) if turns else Entities())
+
+
+def constraints_of(active: Entities) -> Constraints:
+    """The constraints in force, from the request's merged entities (its coarse tags)."""
     money = [n for n in active.numbers if n.slot in _MONEY_SLOTS]
     ceilings = [n.value for n in money if n.op == "<="]
     floors = [n.value for n in money if n.op == ">="]

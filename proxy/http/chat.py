@@ -26,7 +26,8 @@ from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
 from proxy.planner import Plan, Planner, PolicyBox
 from proxy.policy import IntentPolicy
-from proxy.signing.signer import ContextSigner, LruDict
+from proxy.signing.conversation import LruDict
+from proxy.signing.signer import ContextSigner
 from proxy.storage.base import StoreUnavailable
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers

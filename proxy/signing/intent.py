@@ -21,6 +21,7 @@ import numpy as np
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.policy import Policy
 from proxy.text.never_cache import never_cache_match
+from proxy.text.normalize import NormalText
 from proxy.text.phrases import keyword_intent
 
 GENERAL = "general"
@@ -49,7 +50,7 @@ class IntentClassifier:
         matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
         return cls(policy, names, matrix)
 
-    def classify(self, text: str, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:
+    def classify(self, text: NormalText, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:
         never = never_cache_match(text)
         if never is not None and never.intent in self._never_cached:
             return IntentGuess(never.intent, 1.0, forced=True)

@@ -9,44 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import numpy as np
 import orjson
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.model import CoarseTags, Signature
-from proxy.openai.request import ChatRequest, Message
+from proxy.openai.request import ChatRequest
+from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
-from proxy.text.lexical import all_known, canonical_formula, spelled_out, statements
-from proxy.text.normalize import normalize_text, system_prompt_version
+from proxy.text.lexical import all_known, spelled_out, statements
+from proxy.text.normalize import NormalText, system_prompt_version
 from proxy.text.phrases import change_instruction
 from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class LruDict(Generic[K, V]):
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._data: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._size:
-            self._data.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,24 +59,20 @@ class ContextSigner:
         self.embedder = embedder
         self.classifier = classifier
         self.settings = settings
+        self.normalize = Normalizer(settings.cache_size)
         self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
-        self._norms: LruDict[str, str] = LruDict(settings.cache_size)
         self._entities: LruDict[str, Entities] = LruDict(settings.cache_size)
 
-    def normalize(self, text: str) -> str:
-        cached = self._norms.get(text)
-        if cached is None:
-            cached = normalize_text(text)
-            cached = canonical_formula(cached) or cached
-            self._norms.put(text, cached)
-        return cached
+    def read(self, request: ChatRequest) -> Conversation:
+        """The request's conversation, normalised once for everything that reads it after."""
+        return self.normalize.conversation(request)
 
-    def entities(self, normalized: str) -> Entities:
+    def entities(self, norm: NormalText) -> Entities:
         """Entities of a normalised turn, kept like its vector: history turns recur every request."""
-        cached = self._entities.get(normalized)
+        cached = self._entities.get(norm)
         if cached is None:
-            cached = extract_entities(normalized, normalized=True)
-            self._entities.put(normalized, cached)
+            cached = extract_entities(norm)
+            self._entities.put(norm, cached)
         return cached
 
     async def vectors(self, texts: Sequence[str], stages: dict[str, float] | None = None) -> list[np.ndarray]:
@@ -118,29 +92,29 @@ class ContextSigner:
         return out
 
     async def sign(
-        self, request: ChatRequest, *, system_version: str | None = None, stages: dict[str, float] | None = None
+        self,
+        request: ChatRequest,
+        conv: Conversation | None = None,
+        *,
+        system_version: str | None = None,
+        stages: dict[str, float] | None = None,
     ) -> Signature:
         s = self.settings
-        turns = [m for m in request.turns if m.text.strip()]
-        current_raw = request.last_user_text
-        current = self.normalize(current_raw)
-        history = turns[:-1] if turns and turns[-1].role == "user" else turns
-        prior_users = [self.normalize(m.text) for m in history if m.role == "user"]
-        recent = prior_users[-s.topic_window :]
+        conv = conv or self.read(request)
+        current, history = conv.current, conv.history
+        recent = conv.user_turns()[-s.topic_window :]
         vecs = await self.vectors([current, *recent], stages)
         running = self._running_intent(recent, vecs[1:])
         guess = self.classifier.classify(current, vecs[0], running=running)
         switch = self._is_topic_switch(guess, running, vecs[0], vecs[1:])
-        view_turns = [] if switch else history
-        entities = merge_entities(
-            [self.entities(self.normalize(m.text)) for m in view_turns if m.role == "user"],
-            self.entities(current),
-        )
-        spv = system_version or system_prompt_version(request.system_text)
-        view, dropped = self._view(request.system_text, view_turns, current)
+        view_turns: tuple[Turn, ...] = () if switch else history
+        users = [self.entities(m.norm) for m in view_turns if m.role == "user"]
+        entities = merge_entities(users, self.entities(current))
+        own_version = system_prompt_version(conv.system)
+        spv = system_version or own_version
+        view, dropped = self._view(conv.system, view_turns, current)
         vector = await self._view_vector(view, dropped, stages)
-        users = [*(self.normalize(m.text) for m in view_turns if m.role == "user"), current]
-        asked, asked_before, reply_head = verifier_context(current_raw, view_turns)
+        asked, asked_before, reply_head = verifier_context(conv.current_raw, view_turns)
         tags = CoarseTags(
             intent=guess.intent,
             entities=entities,
@@ -156,8 +130,8 @@ class ContextSigner:
             context_fingerprint=context_fingerprint(spv, request.model, guess.intent),
             request_hash=request_hash(request),
             current_text=current,
-            active_user_text="\n".join(users),
             view_text=view,
+            system_version_asserted=spv != own_version,
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
             restated_answer=self._restated_answer(history, current)
@@ -168,29 +142,29 @@ class ContextSigner:
             previous_reply_head=reply_head,
         )
 
-    def _restated_answer(self, history: Sequence[Message], current: str) -> str:
+    def _restated_answer(self, history: Sequence[Turn], current: NormalText) -> str:
         """lexical.restates, reading the conversation only once the words make it possible."""
         users = [i for i, m in enumerate(history) if m.role == "user"]
         if not users:
             return ""
         at = users[-1]
         after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
-        added = spelled_out(self.normalize(history[at].text), current) if after is not None else set()
+        added = spelled_out(history[at].norm, current) if after is not None else set()
         if not added or after is None:
             return ""
-        context = [self.normalize(history[i].text) for i in users[:-1]]
+        context: list[str] = [history[i].norm for i in users[:-1]]
         # the stated facts of the reply the previous turn answered, and of the reply to it
         before = next((m for m in reversed(history[:at]) if m.role == "assistant"), None)
-        context += [statements(self.normalize(m.text)) for m in (before, after) if m is not None]
+        context += [statements(m.norm) for m in (before, after) if m is not None]
         return fold_space(after.text) if all_known(added, context) else ""
 
-    def _previous_reply(self, history: Sequence[Message]) -> str:
+    def _previous_reply(self, history: Sequence[Turn]) -> str:
         for m in reversed(history):
             if m.role == "assistant":
-                return self.normalize(m.text)[:400]
+                return m.norm[:400]
         return ""
 
-    def _running_intent(self, recent: Sequence[str], vecs: Sequence[np.ndarray]) -> str | None:
+    def _running_intent(self, recent: Sequence[NormalText], vecs: Sequence[np.ndarray]) -> str | None:
         running: str | None = None
         for text, vec in zip(recent, vecs, strict=True):
             guess = self.classifier.classify(text, vec, running=running)
@@ -212,21 +186,21 @@ class ContextSigner:
         # vetoes a switch for a turn near-identical to recent ones, at a cosine set per model.
         return float(current @ centroid) < self.classifier.policy.classifier.topic_switch_similarity
 
-    def _line(self, m: Message) -> str:
+    def _line(self, m: Turn) -> str:
         s = self.settings
         limit = s.user_turn_chars if m.role == "user" else s.assistant_turn_chars
-        return f"{'user' if m.role == 'user' else 'assistant'}: {self.normalize(m.text)[:limit]}"
+        return f"{'user' if m.role == 'user' else 'assistant'}: {m.norm[:limit]}"
 
-    def _view(self, system: str, history: Sequence[Message], current: str) -> tuple[str, list[str]]:
+    def _view(self, system: NormalText, history: Sequence[Turn], current: NormalText) -> tuple[str, list[str]]:
         """System tail · compressed history · the current question twice (it carries the new intent).
         Over the model's length, the oldest turns that share no entity with the current request
         go first, then the oldest; what is dropped still counts through chunk vectors."""
         s = self.settings
-        head = f"system: {self.normalize(system)[-s.system_tail_chars :]}" if system.strip() else ""
+        head = f"system: {system[-s.system_tail_chars :]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
         lines = [self._line(m) for m in history]
         active = self.entities(current)
-        related = [not _disjoint(self.entities(self.normalize(m.text)), active) for m in history]
+        related = [not _disjoint(self.entities(m.norm), active) for m in history]
         dropped: list[str] = []
         budget = self.embedder.backend.max_tokens - 8
 
@@ -254,7 +228,7 @@ class ContextSigner:
         return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
 
 
-def verifier_context(question: str, history: Sequence[Message]) -> tuple[str, str, str]:
+def verifier_context(question: str, history: Sequence[Turn]) -> tuple[str, str, str]:
     """The request as the pair verifier reads it: the question as written, the previous user turn
     and the head of the previous reply, each cut to what the verifier reads of it."""
     previous_question = next((m.text for m in reversed(history) if m.role == "user"), "")

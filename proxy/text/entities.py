@@ -25,7 +25,7 @@ from proxy.text.gazetteer import (
     is_place,
     wordset,
 )
-from proxy.text.normalize import CJK, Segmenter, default_segmenter, normalize_text
+from proxy.text.normalize import CJK, NormalText, Segmenter, default_segmenter
 from proxy.text.numbers import NumericConstraint, extract_numbers
 
 
@@ -138,14 +138,9 @@ def _areas(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def extract_entities(text: str, *, segmenter: Segmenter | None = None, normalized: bool = False) -> Entities:
-    """Places, products, people and numeric constraints of one text (Chinese or English).
-
-    ``normalized=True`` skips normalising again a text that already went through normalize_text.
-    """
-    seg = segmenter or default_segmenter()
-    norm = text if normalized else normalize_text(text, segmenter=seg)
-    places, people = _names(norm, seg)
+def extract_entities(norm: NormalText, *, segmenter: Segmenter | None = None) -> Entities:
+    """Places, products, people and numeric constraints of one normalised text (Chinese or English)."""
+    places, people = _names(norm, segmenter or default_segmenter())
     return Entities(
         places=places, products=_products(norm), people=people, numbers=extract_numbers(norm), areas=_areas(norm)
     )

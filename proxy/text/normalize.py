@@ -12,11 +12,16 @@ import logging
 import re
 import unicodedata
 import warnings
-from typing import Final
+from typing import Final, NewType
 
 import cn2an
 import jieba
 import jieba.posseg
+
+# A text that went through normalize_text. The rules of this room (phrases, entities, the system
+# version) read it and never normalise again: a request is normalised once, at the edge
+# (proxy.signing.conversation), and every later stage reads that value.
+NormalText = NewType("NormalText", str)
 
 
 def _wordset(words: str) -> frozenset[str]:
@@ -192,7 +197,7 @@ _EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50"
 _EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
 
 
-def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> str:
+def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> NormalText:
     """One canonical spelling of a text for signing; idempotent.
 
     NFKC folds full-width forms, punctuation is mapped to ASCII, whitespace collapsed (and dropped
@@ -208,7 +213,7 @@ def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> str:
     text = _convert_chinese_numerals(text, segmenter or default_segmenter())
     text = _convert_units(text)
     text = _EN_NUMBER.sub(lambda m: _EN_NUMBERS[m.group(1)], text)
-    return _TRAILING_PUNCT.sub("", text)
+    return NormalText(_TRAILING_PUNCT.sub("", text))
 
 
 # Volatile parts of system-prompt templates; each pattern's match becomes its placeholder.
@@ -260,7 +265,7 @@ def mask_volatile(text: str) -> str:
     return text
 
 
-def system_prompt_version(system_text: str, *, segmenter: Segmenter | None = None) -> str:
+def system_prompt_version(system: NormalText) -> str:
     """A stable version of a system-prompt template: sha256 of its masked, normalised text."""
-    masked = mask_volatile(normalize_text(system_text, segmenter=segmenter))
+    masked = mask_volatile(system)
     return hashlib.sha256(masked.encode("utf-8")).hexdigest()[:16]

@@ -1,5 +1,6 @@
 """Phrase rules read from normalised text: intent keywords, session resets, corrections, and
-change instructions (negation, addition, modification of a constraint)."""
+change instructions (negation, addition, modification of a constraint). Every rule takes a
+``NormalText``: the request was normalised once, and the patterns are written for that form."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from proxy.text.normalize import Segmenter, normalize_text
+from proxy.text.normalize import NormalText, normalize_text
 
 
 @functools.lru_cache(maxsize=4096)
@@ -20,15 +21,12 @@ def _keyword_pattern(keyword: str) -> re.Pattern[str]:
     return re.compile(re.escape(keyword))
 
 
-def keyword_intent(
-    text: str, keywords: Mapping[str, Sequence[str]], *, segmenter: Segmenter | None = None
-) -> str | None:
+def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> str | None:
     """The first intent (in mapping order) one of whose keywords occurs in ``text``.
 
     English keywords match whole words only ("now" does not fire on "know"); Chinese ones match
     as substrings of the normalised text.
     """
-    norm = normalize_text(text, segmenter=segmenter)
     for intent, words in keywords.items():
         if any(_keyword_pattern(word).search(norm) for word in words if word.strip()):
             return intent
@@ -59,14 +57,14 @@ _CORRECTION: Final = re.compile(
 )
 
 
-def is_reset_phrase(text: str, *, segmenter: Segmenter | None = None) -> bool:
+def is_reset_phrase(norm: NormalText) -> bool:
     """Does the user ask to drop the conversation so far ("重新开始", "start over")?"""
-    return bool(_RESET.search(normalize_text(text, segmenter=segmenter)))
+    return bool(_RESET.search(norm))
 
 
-def is_correction(text: str, *, segmenter: Segmenter | None = None) -> bool:
+def is_correction(norm: NormalText) -> bool:
     """Does the user say the last answer was wrong ("不对", "你理解错了", "that's not what I asked")?"""
-    return bool(_CORRECTION.search(normalize_text(text, segmenter=segmenter)))
+    return bool(_CORRECTION.search(norm))
 
 
 # --- change instructions ----------------------------------------------------------------------
@@ -127,15 +125,14 @@ _CHANGE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 )
 
 
-def change_signals(text: str, *, segmenter: Segmenter | None = None) -> tuple[str, ...]:
+def change_signals(norm: NormalText) -> tuple[str, ...]:
     """The change phrases of one turn as ``kind:phrase`` ("negation:不要", "modification:instead")."""
-    norm = normalize_text(text, segmenter=segmenter)
     signals: list[str] = []
     for kind, pattern in _CHANGE_RULES:
         signals += [f"{kind}:{m.group().strip()}" for m in pattern.finditer(norm)]
     return tuple(dict.fromkeys(signals))
 
 
-def change_instruction(text: str, *, segmenter: Segmenter | None = None) -> bool:
+def change_instruction(norm: NormalText) -> bool:
     """The coarse tag: does this turn negate, add to or modify what was asked before?"""
-    return any(not s.startswith("topic_switch:") for s in change_signals(text, segmenter=segmenter))
+    return any(not s.startswith("topic_switch:") for s in change_signals(norm))

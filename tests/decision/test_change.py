@@ -4,17 +4,18 @@ import pytest
 
 from proxy.decision.change import ChangeKind, ChangeVerdict, change_instruction, detect_change
 from proxy.text.entities import extract_entities, merge_entities
+from proxy.text.normalize import normalize_text
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 
 
 def verdict(context: list[str], turn: str, *, intents: tuple[str, str] = ("x", "x")) -> ChangeVerdict:
     """The candidate answered ``context``; the request is ``context`` plus ``turn``."""
-    history = [extract_entities(t) for t in context]
+    history = [extract_entities(normalize_text(t)) for t in context]
     candidate = merge_entities(history[:-1], history[-1])
-    request = merge_entities(history, extract_entities(turn))
+    request = merge_entities(history, extract_entities(normalize_text(turn)))
     return detect_change(
-        turn,
+        normalize_text(turn),
         candidate_entities=candidate,
         request_entities=request,
         candidate_intent=intents[0],
@@ -103,4 +104,4 @@ def test_same_constraints_in_other_words_is_no_change() -> None:
     ],
 )
 def test_change_instruction(text: str, expected: bool) -> None:
-    assert change_instruction(text) is expected
+    assert change_instruction(normalize_text(text)) is expected

@@ -24,7 +24,8 @@ from proxy.decision.decide import (
 )
 from proxy.model import Candidate, CoarseTags, Decision, Reason, Record, Signature, Status
 from proxy.policy import IntentPolicy
-from proxy.text.entities import Entities
+from proxy.text.entities import Entities, extract_entities
+from proxy.text.normalize import normalize_text
 
 # Reasons the plan gives before any candidate is looked up (request shape, session, policy) or
 # after it (a coalesced answer): never an exit of decide, covered by the openai and e2e tests.
@@ -69,6 +70,9 @@ def make_policy(**changes: Any) -> IntentPolicy:
     return dataclasses.replace(base, **changes)
 
 
+FIVE_TIPS = extract_entities(normalize_text("give me 5 tips for packing"))
+
+
 def make_sig(
     text: str = QUESTION, *, entities: Entities | None = None, intent: str = "support", **changes: Any
 ) -> Signature:
@@ -82,7 +86,6 @@ def make_sig(
         context_fingerprint="fp",
         request_hash="req",
         current_text=text,
-        active_user_text=text,
         view_text=text,
         previous_reply="",
         turn_index=3,
@@ -211,8 +214,13 @@ CASES = [
     Case(
         Reason.VALIDATION_FAILED,
         Status.MISS,
-        [make_candidate(record=make_record("give me 5 tips for packing", key_facts={"list_items": 3}))],
-        sig=make_sig("give me 5 tips for packing"),
+        # the constraints are the request's entities: its tags, read from the normalised turns
+        [
+            make_candidate(
+                record=make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts={"list_items": 3})
+            )
+        ],
+        sig=make_sig("give me 5 tips for packing", entities=FIVE_TIPS),
         check=lambda d: d.failed_checks == ("count:3!=5",),
     ),
     Case(Reason.ACCEPT, Status.HIT, [make_candidate()], check=lambda d: d.verified is None),

@@ -29,7 +29,7 @@ from proxy.http import keys
 from proxy.http.app import create_app
 from proxy.identity import tenant_of
 from proxy.settings import load_settings
-from proxy.text.normalize import system_prompt_version
+from proxy.text.normalize import normalize_text, system_prompt_version
 from tests.conftest import Proxy, Upstream
 from tests.e2e.test_lifecycle import write_policy
 from tests.scripted_upstream import Script, scripted_app
@@ -357,7 +357,7 @@ def _attacks() -> list[Attack]:
             Caller(
                 auth="Bearer key-A",
                 system=FORGED_SYSTEM,
-                headers={"x-smartcache-system-version": system_prompt_version(SYSTEM)},
+                headers={"x-smartcache-system-version": system_prompt_version(normalize_text(SYSTEM))},
             ),
             b,
             "Does the warranty cover a cracked screen?",

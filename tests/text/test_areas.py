@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.text.entities import Entities, entities_conflict, extract_entities, merge_entities
+from proxy.text.normalize import normalize_text
 
 AREAS = [
     ("I'm looking for a cheap restaurant in the north part of town", {"north"}),
@@ -34,7 +35,7 @@ AREAS = [
 
 @pytest.mark.parametrize(("text", "areas"), AREAS)
 def test_areas_are_extracted_in_both_languages(text: str, areas: set[str]) -> None:
-    assert extract_entities(text).areas == frozenset(areas)
+    assert extract_entities(normalize_text(text)).areas == frozenset(areas)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_areas_are_extracted_in_both_languages(text: str, areas: set[str]) -> No
     ],
 )
 def test_other_areas_conflict_like_other_places(left: str, right: str, conflict: bool) -> None:
-    slots = entities_conflict(extract_entities(left), extract_entities(right))
+    slots = entities_conflict(extract_entities(normalize_text(left)), extract_entities(normalize_text(right)))
     assert ("areas" in slots) is conflict
     assert "places" not in slots
 
@@ -62,6 +63,6 @@ def test_a_new_town_drops_the_old_area_and_a_new_area_keeps_the_town() -> None:
 
 
 def test_areas_round_trip_through_json_and_old_records_have_none() -> None:
-    e = extract_entities("a hotel on the east side")
+    e = extract_entities(normalize_text("a hotel on the east side"))
     assert Entities.from_json(e.to_json()) == e
     assert Entities.from_json({"places": ["巴黎"]}).areas == frozenset()

@@ -131,7 +131,7 @@ def test_mask_volatile_keeps_the_instructions() -> None:
     ],
 )
 def test_system_prompt_version(a: str, b: str, same: bool) -> None:
-    va, vb = system_prompt_version(a), system_prompt_version(b)
+    va, vb = system_prompt_version(normalize_text(a)), system_prompt_version(normalize_text(b))
     assert len(va) == 16
     assert int(va, 16) >= 0
     assert (va == vb) is same

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.text.entities import Entities, entities_conflict, extract_entities, merge_entities
-from proxy.text.normalize import Segmenter
+from proxy.text.normalize import Segmenter, normalize_text
 from proxy.text.numbers import NumericConstraint
 from proxy.text.phrases import is_correction, is_reset_phrase, keyword_intent
 
@@ -11,7 +11,7 @@ N = NumericConstraint
 
 
 def numbers(text: str) -> set[tuple[str, str, float, str]]:
-    return {(n.slot, n.op, n.value, n.unit) for n in extract_entities(text).numbers}
+    return {(n.slot, n.op, n.value, n.unit) for n in extract_entities(normalize_text(text)).numbers}
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_numeric_constraints(text: str, expected: set[tuple[str, str, float, str
     ],
 )
 def test_places_are_conservative(text: str, places: set[str]) -> None:
-    assert extract_entities(text).places == places
+    assert extract_entities(normalize_text(text)).places == places
 
 
 @pytest.mark.parametrize(
@@ -90,33 +90,36 @@ def test_places_are_conservative(text: str, places: set[str]) -> None:
     ],
 )
 def test_people_and_products(text: str, people: set[str], products: set[str]) -> None:
-    entities = extract_entities(text)
+    entities = extract_entities(normalize_text(text))
     assert entities.people == people
     assert entities.products == products
 
 
 def test_private_segmenter_is_used() -> None:
     seg = Segmenter()
-    assert extract_entities("去苏州玩两天", segmenter=seg).places == {"苏州"}
+    assert extract_entities(normalize_text("去苏州玩两天"), segmenter=seg).places == {"苏州"}
 
 
 def test_entities_json_round_trip() -> None:
-    entities = extract_entities("去杭州玩三天，预算五千以内，和李娜一起，带上MacBook Air")
+    entities = extract_entities(normalize_text("去杭州玩三天，预算五千以内，和李娜一起，带上MacBook Air"))
     assert Entities.from_json(entities.to_json()) == entities
 
 
 def test_merge_later_turns_override_the_same_slot() -> None:
-    first = extract_entities("帮我推荐一款轻薄本，预算八千以内")
-    second = extract_entities("预算提高到一万，重量再轻一点")
+    first = extract_entities(normalize_text("帮我推荐一款轻薄本，预算八千以内"))
+    second = extract_entities(normalize_text("预算提高到一万，重量再轻一点"))
     merged = merge_entities([first], second)
     assert [(n.slot, n.value) for n in merged.values("budget")] == [("budget", 10000)]
     assert merged.values("count") == first.values("count")
 
 
 def test_merge_keeps_places_until_a_turn_names_others() -> None:
-    turns = [extract_entities("周末去杭州玩三天"), extract_entities("那家酒店的早餐值不值得吃")]
+    turns = [
+        extract_entities(normalize_text("周末去杭州玩三天")),
+        extract_entities(normalize_text("那家酒店的早餐值不值得吃")),
+    ]
     assert merge_entities(turns[:1], turns[1]).places == {"杭州"}
-    assert merge_entities(turns, extract_entities("还是改成苏州吧")).places == {"苏州"}
+    assert merge_entities(turns, extract_entities(normalize_text("还是改成苏州吧"))).places == {"苏州"}
 
 
 def _e(places: set[str] = frozenset(), *nums: NumericConstraint) -> Entities:  # type: ignore[assignment]
@@ -162,9 +165,19 @@ def test_entities_conflict(a: Entities, b: Entities, conflicts: list[str]) -> No
 
 
 def test_extracted_entities_conflict_end_to_end() -> None:
-    assert entities_conflict(extract_entities("杭州三天游"), extract_entities("苏州三天游")) == ["places"]
-    assert entities_conflict(extract_entities("玩三天"), extract_entities("plan 5 days")) == ["duration_days"]
-    assert entities_conflict(extract_entities("帮我排杭州三天的行程"), extract_entities("杭州3天行程怎么排")) == []
+    assert entities_conflict(
+        extract_entities(normalize_text("杭州三天游")), extract_entities(normalize_text("苏州三天游"))
+    ) == ["places"]
+    assert entities_conflict(
+        extract_entities(normalize_text("玩三天")), extract_entities(normalize_text("plan 5 days"))
+    ) == ["duration_days"]
+    assert (
+        entities_conflict(
+            extract_entities(normalize_text("帮我排杭州三天的行程")),
+            extract_entities(normalize_text("杭州3天行程怎么排")),
+        )
+        == []
+    )
 
 
 KEYWORDS = {
@@ -187,12 +200,12 @@ KEYWORDS = {
     ],
 )
 def test_keyword_intent(text: str, intent: str | None) -> None:
-    assert keyword_intent(text, KEYWORDS) == intent
+    assert keyword_intent(normalize_text(text), KEYWORDS) == intent
 
 
 def test_keyword_intent_follows_mapping_order() -> None:
-    assert keyword_intent("现在有什么症状", KEYWORDS) == "realtime"
-    assert keyword_intent("现在有什么症状", dict(reversed(list(KEYWORDS.items())))) == "medical"
+    assert keyword_intent(normalize_text("现在有什么症状"), KEYWORDS) == "realtime"
+    assert keyword_intent(normalize_text("现在有什么症状"), dict(reversed(list(KEYWORDS.items())))) == "medical"
 
 
 @pytest.mark.parametrize(
@@ -212,7 +225,7 @@ def test_keyword_intent_follows_mapping_order() -> None:
     ],
 )
 def test_is_reset_phrase(text: str, expected: bool) -> None:
-    assert is_reset_phrase(text) is expected
+    assert is_reset_phrase(normalize_text(text)) is expected
 
 
 @pytest.mark.parametrize(
@@ -237,4 +250,4 @@ def test_is_reset_phrase(text: str, expected: bool) -> None:
     ],
 )
 def test_is_correction(text: str, expected: bool) -> None:
-    assert is_correction(text) is expected
+    assert is_correction(normalize_text(text)) is expected

@@ -135,7 +135,7 @@ def signature(question_raw: str = "", previous_question: str = "", previous_repl
     vector = np.zeros(2, dtype=np.float32)
     tags = CoarseTags(intent="general", entities=Entities(), change_instruction=False, context_switch=False)
     return Signature(vector=vector, question_vector=vector, tags=tags, system_prompt_version="", context_fingerprint="",
-                     request_hash="", current_text="normalised question", active_user_text="", view_text="",
+                     request_hash="", current_text="normalised question", view_text="",
                      question_raw=question_raw, previous_question=previous_question,
                      previous_reply_head=previous_reply_head)  # fmt: skip
 

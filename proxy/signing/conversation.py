@@ -1,0 +1,96 @@
+"""A request's conversation read once: every turn normalised at the edge, into the value that
+the feedback rules, the signer and the decision stages all read.
+
+Normalising is the costly part of reading text (NFKC, punctuation, jieba for Chinese
+numerals), and history turns come back with every request, so turns are normalised through an
+LRU keyed by their raw text. Nothing after this normalises a request's turns again: the rules
+of ``proxy.text`` take ``NormalText``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from proxy.openai.request import ChatRequest
+from proxy.text.lexical import canonical_formula
+from proxy.text.normalize import NormalText, normalize_text
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LruDict(Generic[K, V]):
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user or assistant turn: as written (what the verifier reads) and normalised."""
+
+    role: str
+    text: str
+    norm: NormalText
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    system: NormalText  # every system prompt of the request, joined and normalised
+    history: tuple[Turn, ...]  # the non-empty turns before the current user turn
+    current: NormalText  # the last user turn ("" when there is none)
+    current_raw: str
+
+    def user_turns(self) -> list[NormalText]:
+        return [t.norm for t in self.history if t.role == "user"]
+
+
+class Normalizer:
+    """normalize_text with courtesy formulas in one canonical form ("thx" = "thanks"), remembered
+    per raw text."""
+
+    def __init__(self, cache_size: int = 20_000) -> None:
+        self._norms: LruDict[str, NormalText] = LruDict(cache_size)
+        self._systems: LruDict[str, NormalText] = LruDict(256)  # few prompts, long ones
+
+    def __call__(self, text: str) -> NormalText:
+        cached = self._norms.get(text)
+        if cached is None:
+            norm = normalize_text(text)
+            cached = NormalText(canonical_formula(norm) or norm)
+            self._norms.put(text, cached)
+        return cached
+
+    def system(self, text: str) -> NormalText:
+        """A system prompt, normalised as the system version reads it (no courtesy formulas)."""
+        cached = self._systems.get(text)
+        if cached is None:
+            cached = normalize_text(text)
+            self._systems.put(text, cached)
+        return cached
+
+    def conversation(self, request: ChatRequest) -> Conversation:
+        turns = [m for m in request.turns if m.text.strip()]
+        history = turns[:-1] if turns and turns[-1].role == "user" else turns
+        current_raw = request.last_user_text
+        return Conversation(
+            system=self.system(request.system_text),
+            history=tuple(Turn(m.role, m.text, self(m.text)) for m in history),
+            current=self(current_raw),
+            current_raw=current_raw,
+        )
