@@ -24,9 +24,10 @@ from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
 from proxy.storage.base import RecordStore, Selector, StoreUnavailable
-from proxy.storage.feed import ChangeFeed
+from proxy.storage.feed import ChangeFeed, FeedCheckpoint
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.redis import RedisStore
+from proxy.storage.redis_versions import BEAT_S, PolicyVersions
 from proxy.storage.sqlite import SqliteStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
@@ -92,22 +93,141 @@ async def open_store(s: Settings) -> RecordStore:
     return await SqliteStore.open(s.db_path)
 
 
+def checkpoint_path(s: Settings) -> Path:
+    return Path(f"{s.index_snapshot_path}.feed")
+
+
+def resume_point(s: Settings, snapshot: HnswIndex | None, store_id: str, version: str) -> FeedCheckpoint | None:
+    """The checkpoint saved beside ``snapshot`` at the last shutdown, when the index can go on from
+    it: same store, same policy version, and exactly the snapshot's labels (a snapshot saved
+    without its checkpoint, or the other way round, is caught here)."""
+    if snapshot is None or s.store != "redis":
+        return None
+    saved = FeedCheckpoint.read(checkpoint_path(s))
+    if saved is None:
+        return None
+    why = (
+        "another store"
+        if saved.store_id != store_id
+        else "another policy version"
+        if saved.policy_version != version
+        else "labels differ from the snapshot's"
+        if set(saved.keys) != snapshot.labels()
+        else None
+    )
+    if why is not None:
+        log.info("feed.checkpoint_not_used", reason=why)
+        return None
+    return saved
+
+
 @contextlib.asynccontextmanager
-async def following(store: RecordStore, cache: SemanticCache) -> AsyncIterator[ChangeFeed | None]:
-    """For a store other replicas write to: the change feed that keeps this replica's index level,
-    positioned before the index reads the records and running until the parts close."""
+async def following(
+    store: RecordStore,
+    cache: SemanticCache,
+    *,
+    snapshot: HnswIndex | None,
+    resume: FeedCheckpoint | None,
+    metrics: Metrics,
+) -> AsyncIterator[tuple[ChangeFeed | None, int]]:
+    """The index loaded (how many records it holds) and, for a store other replicas write to, the
+    change feed that keeps it level until the parts close. Resuming (``cache`` holds the index
+    ``resume`` describes), only the events since are applied; otherwise the feed is positioned
+    before the index reads the records, so nothing written meanwhile is missed."""
     if not isinstance(store, RedisStore):
-        yield None
+        yield None, await cache.load(snapshot=snapshot)
         return
-    feed = ChangeFeed(store, cache)
-    await feed.start()
+    feed = ChangeFeed(store, cache, gauges=metrics)
+    if resume is not None:
+        feed.resume(resume.store_id, resume.position)
+        applied = await feed.catch_up()
+        loaded = len(cache.keys)
+        log.info(
+            "feed.resumed", records=loaded, added=applied.added, forgotten=applied.forgotten, rebuilt=applied.rebuilt
+        )
+    else:
+        await feed.start()
+        loaded = await cache.load(snapshot=snapshot)
     task = asyncio.create_task(feed.run(), name="change-feed")
     try:
-        yield feed
+        yield feed, loaded
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _save_checkpoint(feed: ChangeFeed, cache: SemanticCache, version: str, path: Path) -> None:
+    saved = FeedCheckpoint(feed.store_id, version, feed.position, dict(cache.keys))
+    try:
+        await asyncio.to_thread(saved.save, path)
+    except OSError as exc:
+        log.warning("feed.checkpoint_not_saved", path=str(path), error=str(exc))
+
+
+async def retire_unserved_versions(versions: PolicyVersions, cache: SemanticCache, serving: str) -> int:
+    """Stamp ``serving`` as served and retire the records of versions no replica serves any more."""
+    retired = 0
+    for version in await versions.beat(serving):
+        if version == serving:
+            continue
+        refs = await cache.retire(Selector(policy_version=version))
+        await versions.forget(version)
+        log.info("cache.policy_version_invalidated", records=len(refs), version=version, served_by="no replica")
+        retired += len(refs)
+    return retired
+
+
+@contextlib.asynccontextmanager
+async def keeping_versions(store: RecordStore, cache: SemanticCache, box: PolicyBox) -> AsyncIterator[None]:
+    """Policy versions at start and while running. One process per store: a version that changed
+    while the proxy was down invalidates as a reload would. A shared store: this replica indexes
+    only its own version's records and retires only versions no replica serves
+    (proxy.storage.redis_versions)."""
+    if not isinstance(store, RedisStore):
+        stale = await cache.retire(Selector(other_policy_version=box.policy.version))
+        if stale:
+            log.info("cache.policy_version_invalidated", records=len(stale), version=box.policy.version)
+        yield
+        return
+    store.follow_policy(lambda: box.policy.version)
+    versions = store.versions()
+    await retire_unserved_versions(versions, cache, box.policy.version)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(BEAT_S)
+            with contextlib.suppress(StoreUnavailable):  # the feed says so; the next beat tries again
+                await retire_unserved_versions(versions, cache, box.policy.version)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # redis-py 8 can absorb a cancellation
+                raise asyncio.CancelledError
+
+    task = asyncio.create_task(beat(), name="policy-versions")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def report_vector_search(store: RecordStore, s: Settings, metrics: Metrics) -> None:
+    """Say at start whether the shared store could search vectors itself; the search stays here."""
+    if not isinstance(store, RedisStore):
+        return
+    if s.redis_vector_search == "off":
+        log.info("store.vector_search", setting="off", probed=False, search="in-process")
+        return
+    found = await store.vector_search()
+    metrics.store_vector_search(found.available)
+    log.info(
+        "store.vector_search",
+        setting=s.redis_vector_search,
+        available=found.available,
+        detail=found.detail,
+        search="in-process",
+    )
 
 
 def wants_verifier(s: Settings, policy: Policy) -> bool:
@@ -173,22 +293,22 @@ async def open_parts(
     stack = contextlib.AsyncExitStack()
     try:
         classifier = await IntentClassifier.build(policy, embedder)
-        cache = SemanticCache(
-            store, HnswIndex(backend.dim), ready_after=s.ready_after, top_k=s.top_k, verifier=verifying
-        )
-        stamp = f"{s.embedding_model} dim={backend.dim} store={await store.store_id()}"
-        # a policy version that changed while the proxy was down invalidates as a reload would
-        stale = await cache.retire(Selector(other_policy_version=policy.version))
-        if stale:
-            log.info("cache.policy_version_invalidated", records=len(stale), version=policy.version)
-        # the feed starts before the records are read, so what is written meanwhile is not missed
-        await stack.enter_async_context(following(store, cache))
-        loaded = await cache.load(
-            snapshot=await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
+        box = PolicyBox(policy, classifier)
+        await report_vector_search(store, s, metrics)
+        store_id = await store.store_id()
+        stamp = f"{s.embedding_model} dim={backend.dim} store={store_id}"
+        snapshot = await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
+        resume = resume_point(s, snapshot, store_id, policy.version)
+        index = snapshot if resume is not None and snapshot is not None else HnswIndex(backend.dim)
+        cache = SemanticCache(store, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifying)
+        for label, key in (resume.keys if resume is not None else {}).items():
+            cache.pools.add(label, key)
+        await stack.enter_async_context(keeping_versions(store, cache, box))
+        feed, loaded = await stack.enter_async_context(
+            following(store, cache, snapshot=None if resume else snapshot, resume=resume, metrics=metrics)
         )
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
-        box = PolicyBox(policy, classifier)
         signer = ContextSigner(embedder, classifier, SignerSettings())
         chat = ChatService(
             cache=cache,
@@ -208,7 +328,10 @@ async def open_parts(
             prewarm_all=s.prewarm,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
+        await stack.aclose()  # the feed stops first: the index it changes is saved quiet
         await _save_snapshot(cache.index, s.index_snapshot_path, stamp)
+        if feed is not None:
+            await _save_checkpoint(feed, cache, box.policy.version, checkpoint_path(s))
     finally:
         await stack.aclose()  # the feed, before the store it reads
         await prewarmer.close()  # its tasks use the upstream client: cancel them first

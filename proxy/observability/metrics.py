@@ -130,6 +130,27 @@ class Metrics:
             ["stage", "reason"],
             registry=reg,
         )
+        self._feed_lag_events = Gauge(
+            "smartcache_feed_lag_events",
+            "Events of the shared store's change stream this replica had not applied at its last read.",
+            registry=reg,
+        )
+        self._feed_lag_seconds = Gauge(
+            "smartcache_feed_lag_seconds",
+            "How much newer the stream's newest event was than the last one applied (0: caught up).",
+            registry=reg,
+        )
+        self._feed_rebuilds = Counter(
+            "smartcache_feed_rebuilds",
+            "Index rebuilds from the shared store's records, by reason (trimmed stream, store replaced).",
+            ["reason"],
+            registry=reg,
+        )
+        self._vector_search = Gauge(
+            "smartcache_store_vector_search",
+            "1 when the shared store offers vector search (FT.SEARCH); the search stays in-process either way.",
+            registry=reg,
+        )
         self._start_at_zero()
 
     def _start_at_zero(self) -> None:
@@ -193,6 +214,16 @@ class Metrics:
 
     def set_index_size(self, n: int) -> None:
         self._index_size.set(n)
+
+    def feed_lag(self, events: int, seconds: float) -> None:
+        self._feed_lag_events.set(events)
+        self._feed_lag_seconds.set(seconds)
+
+    def feed_rebuilt(self, reason: str) -> None:
+        self._feed_rebuilds.labels(_label(reason, "reason")).inc()
+
+    def store_vector_search(self, available: bool) -> None:
+        self._vector_search.set(int(available))
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for ``GET /metrics``."""

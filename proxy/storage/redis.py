@@ -10,10 +10,9 @@ HNSW index and applies that stream (``proxy.storage.feed``). Redis errors leave 
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -23,7 +22,7 @@ from redis.backoff import NoBackoff
 
 from proxy.model import Record, RecordState, SessionLast
 from proxy.storage import redis_lua
-from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
+from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, Usage
 from proxy.storage.redis_codec import (
     DEAD,
     INDEX,
@@ -31,6 +30,7 @@ from proxy.storage.redis_codec import (
     LIVE,
     META,
     Changes,
+    ErrorTypes,
     Event,
     StreamPosition,
     as_labels,
@@ -41,20 +41,14 @@ from proxy.storage.redis_codec import (
     states_arg,
     text,
 )
+from proxy.storage.redis_codec import unavailable as _unavailable
+from proxy.storage.redis_probe import PROBE, SEARCH_COMMANDS, VectorSearch
+from proxy.storage.redis_versions import GRACE_S, PolicyVersions
 
 BATCH = 500  # records per pipeline or script call
 STREAM_MAXLEN = 100_000  # events kept; a replica further behind rebuilds from the records
 BACKSTOP_SECONDS = 7 * 86400.0  # a record's hash outlives its TTL by this, then Redis drops it
 SESSION_LAST_SECONDS = 7 * 86400.0
-ErrorTypes = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
-
-
-@contextlib.contextmanager
-def _unavailable() -> Iterator[None]:
-    try:
-        yield
-    except ErrorTypes as exc:
-        raise StoreUnavailable(f"redis: {exc}") from exc
 
 
 class RedisStore:
@@ -71,6 +65,8 @@ class RedisStore:
         self._hit = client.register_script(redis_lua.HIT)
         self._feedback = client.register_script(redis_lua.FEEDBACK)
         self._purge_last = client.register_script(redis_lua.PURGE_SESSION_LAST)
+        self._probe = client.register_script(PROBE)
+        self._serving: Callable[[], str] | None = None
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = "sc:", timeout: float = 2.0) -> RedisStore:
@@ -91,6 +87,21 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._r.aclose()
+
+    def follow_policy(self, version: Callable[[], str]) -> None:
+        """Hand the index only records written under the policy version ``version()`` names (the
+        one this replica serves now): the start-up load and the change feed read through here,
+        so replicas on two versions (a rolling deploy) never serve each other's answers."""
+        self._serving = version
+
+    def versions(self, *, grace_s: float = GRACE_S) -> PolicyVersions:
+        return PolicyVersions(self._r, self.prefix, grace_s=grace_s)
+
+    async def vector_search(self) -> VectorSearch:
+        with _unavailable():
+            commands = await self._probe(args=list(SEARCH_COMMANDS))
+            modules: Any = await self._r.module_list()
+        return VectorSearch.from_probe(commands, modules)
 
     def _k(self, name: str) -> str:
         return self.prefix + name
@@ -302,7 +313,12 @@ class RedisStore:
     async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]:
         """The live ones of these labels as the index sees them (a replica applying the stream)."""
         fields = (*INDEX, *INDEX_TAIL) if vectors else (*(f for f in INDEX if f != "vector"), *INDEX_TAIL)
-        return [index_row(h) for h in await self._hashes(labels, fields) if h and text(h[b"state"]) in LIVE]
+        version = None if self._serving is None else self._serving().encode()
+        return [
+            index_row(h)
+            for h in await self._hashes(labels, (*fields, "policy_version"))
+            if h and text(h[b"state"]) in LIVE and (version is None or h.get(b"policy_version") == version)
+        ]
 
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
         labels = await self._livelabels()
@@ -359,16 +375,17 @@ class RedisStore:
             info, got = await pipe.execute(raise_on_error=False)
         if isinstance(info, Exception):  # no stream yet: nothing was ever written
             return Changes((), after, trimmed=False)
+        head = StreamPosition(text(info["last-generated-id"]), int(info["entries-added"]))
         if int(info["entries-added"]) - int(info["length"]) > after.seq:
-            return Changes((), after, trimmed=True)
+            return Changes((), after, trimmed=True, head=head)
         events = [
             Event(raw_id.decode(), text(fields.get(b"op")), int(fields[b"label"]), text(fields.get(b"state")))
             for _, entries in got or []
             for raw_id, fields in entries
         ]
         if not events:
-            return Changes((), after, trimmed=False)
-        return Changes(tuple(events), StreamPosition(events[-1].id, after.seq + len(events)), trimmed=False)
+            return Changes((), after, trimmed=False, head=head)
+        return Changes(tuple(events), StreamPosition(events[-1].id, after.seq + len(events)), False, head)
 
     async def stream_position(self) -> StreamPosition:
         """Where the stream stands: a replica that has read every record applies it from here."""

@@ -4,14 +4,16 @@ is read back through these helpers, whatever redis-py's loose reply types say.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
+from redis import exceptions as redis_errors
 
 from proxy.model import LIVE_STATES, Record, RecordState
-from proxy.storage.base import IndexKey, IndexRow, Ref
+from proxy.storage.base import IndexKey, IndexRow, Ref, StoreUnavailable
 
 LIVE = frozenset(LIVE_STATES)
 DEAD = frozenset({RecordState.REJECTED, RecordState.INVALID})
@@ -43,6 +45,18 @@ INDEX = ("label", "vector", "answer_bytes", "tenant", "session", "user", "scope"
 INDEX_TAIL = ("system_prompt_version", "namespace", "intent", "state")
 
 
+ErrorTypes = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+
+@contextlib.contextmanager
+def unavailable() -> Iterator[None]:
+    """Redis cannot be reached: the store's callers see ``StoreUnavailable`` and go uncached."""
+    try:
+        yield
+    except ErrorTypes as exc:
+        raise StoreUnavailable(f"redis: {exc}") from exc
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     """One entry of the change stream: what happened to which label."""
@@ -67,6 +81,12 @@ class Changes:
     events: tuple[Event, ...]
     position: StreamPosition  # after the last of these events
     trimmed: bool  # events after the position asked for were dropped: rebuild from the records
+    head: StreamPosition | None = None  # the stream's newest event when read; None: no stream yet
+
+
+def id_seconds(event_id: str) -> float:
+    """When the server appended an event: its stream id is the server's clock in ms, then a sequence."""
+    return int(event_id.split("-", 1)[0]) / 1000
 
 
 def text(v: bytes | str | None) -> str:

@@ -85,6 +85,10 @@ class Replica:
         async with aiohttp.ClientSession() as http, http.get(f"{self.root}/healthz") as resp:
             return dict(await resp.json()) if resp.status == 200 else {}
 
+    async def metrics(self) -> str:
+        async with aiohttp.ClientSession() as http, http.get(f"{self.root}/metrics") as resp:
+            return await resp.text()
+
     async def indexed(self) -> int:
         return int((await self.health())["records_indexed"])
 
@@ -315,3 +319,55 @@ async def test_redis_stopped_and_restarted_means_bypasses_no_errors_and_no_lost_
     indexed = await a.indexed()
     await b.say("after", "Why do cats purr?")
     await grows(a, indexed)
+
+
+async def test_a_replica_stopped_and_started_again_resumes_from_its_saved_stream_position(cluster: Cluster) -> None:
+    a, b = cluster.a, cluster.b
+    for i, question in enumerate(QUESTIONS[:3]):
+        await a.say(f"k{i}", question)
+    await within(lambda: same_index(a, b))
+    tenant = (await written(a, "k0"))["tenant"]
+    await b.end()  # a clean stop: B saves its index and the stream position it reflects
+    assert (b.data_dir / "index.hnsw.feed").is_file()
+    for i, question in enumerate(QUESTIONS[3:5], start=3):
+        await a.say(f"k{i}", question)
+    code, body = await a.admin("POST", "/admin/sessions/k0/reset", {"tenant": tenant})
+    assert code == 200 and body["invalidated"] == 1
+    await b.start(cluster.upstream.url)
+    (resumed,) = [e for e in b.log() if e["event"] == "feed.resumed"]
+    # only what it missed: two answers in, one out; none of the records read again
+    assert (resumed["added"], resumed["forgotten"], resumed["rebuilt"], resumed["records"]) == (2, 1, False, 4)
+    assert await b.indexed() == await a.indexed() == 4
+    for i, question in enumerate(QUESTIONS[1:5], start=1):
+        assert (await b.say(f"k{i}", question.lower().rstrip("?")))[0] == "hit", question
+    assert (await b.say("k0", QUESTIONS[0].lower().rstrip("?")))[0] != "hit"
+    metrics = await b.metrics()
+    assert "smartcache_feed_lag_events 0.0" in metrics and "smartcache_store_vector_search 0.0" in metrics
+    assert [e for e in b.log() if e["event"] == "store.vector_search"][-1]["available"] is False
+
+
+async def test_replicas_on_two_policy_versions_neither_serve_nor_wipe_each_others_records(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    a, b = cluster.a, cluster.b
+    await a.say("v0", QUESTIONS[0])
+    await within(lambda: same_index(a, b))
+    # a rolling deploy: B comes back with the next policy version while A still runs the old one
+    shipped = ROOT / "policies" / "default.yaml"
+    text = shipped.read_text(encoding="utf-8")
+    old = next(line for line in text.splitlines() if line.startswith("version: "))
+    newer = tmp_path / "next.yaml"
+    newer.write_text(text.replace(old, old + "-next"), encoding="utf-8")
+    await b.end()
+    b.env = {**b.env, "SMARTCACHE_POLICY": str(newer)}
+    await b.start(cluster.upstream.url)
+    assert (await b.health())["policy_version"] == old.removeprefix("version: ") + "-next"
+    assert await b.indexed() == 0 and await a.indexed() == 1  # B indexes none of A's; A's are not wiped
+    assert len(await ready_ids(a)) == 1
+    await a.say("v1", QUESTIONS[1])
+    await b.say("v2", QUESTIONS[2])
+    await asyncio.sleep(0.3)  # time for either feed to (wrongly) take the other's record
+    assert (await a.indexed(), await b.indexed()) == (2, 1)
+    assert (await b.say("v1", QUESTIONS[1].lower().rstrip("?")))[0] != "hit"
+    assert (await a.say("v2", QUESTIONS[2].lower().rstrip("?")))[0] != "hit"
+    assert (await a.say("v0", QUESTIONS[0].lower().rstrip("?")))[0] == "hit"

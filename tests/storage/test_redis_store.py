@@ -4,14 +4,17 @@ what only a shared store has: the change stream replicas apply, and an outage se
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
 from proxy.model import RecordState
 from proxy.storage.base import IndexKey, IndexRow, Selector, StoreUnavailable
-from proxy.storage.feed import ChangeFeed
+from proxy.storage.feed import ChangeFeed, lag
 from proxy.storage.redis import RedisStore
+from proxy.storage.redis_probe import VectorSearch
 from tests.storage.contract import RecordStoreContract, put
 from tests.storage.redis_server import RedisServer, redis_server, redis_url
 
@@ -119,3 +122,104 @@ async def test_the_feed_applies_changes_and_rebuilds_behind_a_trimmed_stream(red
     await feed.poll()
     assert c.label in mirror.keys
     await store.close()
+
+
+class Gauges:
+    def __init__(self) -> None:
+        self.lags: list[tuple[int, float]] = []
+        self.rebuilt: list[str] = []
+
+    def feed_lag(self, events: int, seconds: float) -> None:
+        self.lags.append((events, seconds))
+
+    def feed_rebuilt(self, reason: str) -> None:
+        self.rebuilt.append(reason)
+
+
+async def test_a_feed_resumed_from_a_saved_position_applies_only_what_it_missed(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    mirror, gauges = Mirror(), Gauges()
+    first = ChangeFeed(store, mirror, block_ms=10)
+    await first.start()
+    a = await put(store, 1)
+    await first.catch_up()
+    saved, store_id = first.position, first.store_id
+    # while this replica is away: one record arrives, the one it holds is invalidated
+    b = await put(store, 2)
+    await store.set_state(Selector(cache_ids=(a.cache_id,)), RecordState.INVALID)
+    again = ChangeFeed(store, mirror, block_ms=10, gauges=gauges)
+    again.resume(store_id, saved)
+    applied = await again.catch_up()
+    assert (applied.added, applied.forgotten, applied.rebuilt) == (1, 1, False)
+    assert set(mirror.keys) == {b.label} and mirror.loads == 0
+    assert again.position == await store.stream_position() and gauges.lags[-1] == (0, 0.0)
+    # a saved position the stream was trimmed past: the records are read instead
+    store.stream_maxlen = 1
+    for n in range(3, 300):
+        await put(store, n)
+    behind = ChangeFeed(store, mirror, block_ms=10, gauges=gauges)
+    behind.resume(store_id, saved)
+    assert (await behind.catch_up()).rebuilt and mirror.loads == 1 and gauges.rebuilt == ["stream_trimmed"]
+    assert behind.position == await store.stream_position()
+    await store.close()
+
+
+async def test_a_read_says_where_the_stream_head_is(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    start = await store.stream_position()
+    for n in range(1, 6):
+        await put(store, n)
+    changes = await store.changes(start, block_ms=0, count=2)
+    assert len(changes.events) == 2 and changes.head == await store.stream_position()
+    assert lag(changes.position, changes.head)[0] == 3
+    await store.close()
+
+
+async def test_a_replica_indexes_only_the_policy_version_it_serves(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    serving = ["p"]
+    store.follow_policy(lambda: serving[0])
+    mine, theirs = await put(store, 1, policy_version="p"), await put(store, 2, policy_version="p2")
+    assert [r.label for r in await store.index_rows([mine.label or 0, theirs.label or 0])] == [mine.label]
+    assert [r.label async for r in store.iter_index_rows(vectors=False)] == [mine.label]
+    serving[0] = "p2"  # a reload: the feed adopts the new version's records from now on
+    assert [r.label for r in await store.index_rows([mine.label or 0, theirs.label or 0])] == [theirs.label]
+    await store.close()
+
+
+async def test_a_policy_version_is_retired_only_once_no_replica_stamps_it(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    old, new = store.versions(grace_s=1.0), store.versions()
+    assert await old.beat("v1") == [] and await new.beat("v2") == []
+    assert await new.beat("v2") == []  # v1 was stamped within the grace: its replica still serves it
+    await asyncio.sleep(2.1)  # the server's clock has whole seconds
+    assert await old.beat("v2") == ["v1"]
+    assert await old.forget("v1") and await old.beat("v2") == []
+    await old.beat("v1")  # a v1 replica back before the record sweep: its stamp stops the forget
+    await asyncio.sleep(2.1)
+    assert await old.beat("v2") == ["v1"]
+    await old.beat("v1")
+    assert not await old.forget("v1")
+    await store.close()
+
+
+async def test_vector_search_is_detected_on_the_server_not_assumed(redis_url: str) -> None:
+    store = await RedisStore.open(redis_url)
+    found = await store.vector_search()  # Debian's Redis 7: no query engine
+    assert not found.available and "FT.SEARCH" in found.detail
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("commands", "modules", "available", "detail"),
+    [
+        ([0, 0], [], False, "no FT.CREATE, FT.SEARCH; modules: none"),
+        ([1, 0], [{b"name": b"other", b"ver": 1}], False, "no FT.SEARCH; modules: other 1"),
+        ([1, 1], [{b"name": b"search", b"ver": 21005}], True, "commands FT.CREATE, FT.SEARCH (module search 21005)"),
+        ([1, 1], [], True, "commands FT.CREATE, FT.SEARCH"),  # Redis 8: the query engine is built in
+    ],
+)
+def test_vector_search_from_the_probe(
+    commands: list[int], modules: list[dict[bytes, Any]], available: bool, detail: str
+) -> None:
+    assert VectorSearch.from_probe(commands, modules) == VectorSearch(available, detail)
