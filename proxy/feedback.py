@@ -15,12 +15,12 @@ their own, and it is the one most likely to carry what they said was wrong.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.cache import SemanticCache
 from proxy.identity import Identity
+from proxy.model import Reason
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
@@ -33,16 +33,8 @@ from proxy.text.phrases import is_correction, is_reset_phrase
 DERIVED_REGENERATE_SECONDS = 60.0
 
 
-class Signal(enum.StrEnum):
-    RESET = "session_reset"
-    REGENERATE = "regenerate"
-    CORRECTION = "correction"
-
-
 # reasons whose upstream answer is never written back
-UNSTORED: frozenset[str] = frozenset({Signal.REGENERATE.value, Signal.CORRECTION.value})
-# a miss whose best candidate is an answer still inside its feedback window
-PENDING = "pending"
+UNSTORED: frozenset[str] = frozenset({Reason.REGENERATE, Reason.CORRECTION})
 
 
 THUMBS: frozenset[str] = frozenset({"positive", "negative", "regenerate"})
@@ -107,19 +99,21 @@ class FeedbackReader:
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
         self.regenerate_window = regenerate_window
 
-    async def read(self, req: ChatRequest, conv: Conversation, who: Identity) -> Signal | None:
+    async def read(self, req: ChatRequest, conv: Conversation, who: Identity) -> Reason | None:
+        """The signal this request carries about the last answer (a reset, a regenerate or a
+        correction, named by the reason the request gets), applied; None when it carries none."""
         if is_reset_phrase(conv.current):
             await self.cache.invalidate_session(who.tenant, who.session)
             self.judge.corrected(who)
-            return Signal.RESET
+            return Reason.SESSION_RESET
         last = await self.cache.store.session_last(who.tenant, who.session)
         if last is None:
             return None
         window = regenerate_window(who, self.regenerate_window)
         if last.request_hash == request_hash(req) and self.clock() - last.at <= window:
-            signal = Signal.REGENERATE
+            signal = Reason.REGENERATE
         elif is_correction(conv.current):
-            signal = Signal.CORRECTION
+            signal = Reason.CORRECTION
         else:
             return None
         if last.cache_id:

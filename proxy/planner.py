@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from proxy.cache import SemanticCache
-from proxy.feedback import PENDING, UNSTORED, FeedbackReader, Signal, pending_would_serve
+from proxy.feedback import UNSTORED, FeedbackReader, pending_would_serve
 from proxy.identity import Identity
 from proxy.microbatch import Overloaded
 from proxy.model import Decision, Reason, Signature, Status
@@ -74,8 +74,8 @@ class Planner:
         conv = self.signer.read(req)  # the one normalisation of the request's text
         reading = time.perf_counter() - t
         feedback = await self.feedback.read(req, conv, who)
-        if feedback is Signal.RESET:
-            return Plan(Status.BYPASS, feedback.value)
+        if feedback is Reason.SESSION_RESET:
+            return Plan(Status.BYPASS, feedback)
         t = time.perf_counter()
         sig = await self.signer.sign(req, conv, system_version=system_version, stages=stages)
         # stages are disjoint: sign is normalising and tagging, embed the model calls within it
@@ -85,7 +85,7 @@ class Planner:
             return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)
         if feedback is not None:
             # the user asked for an answer of their own: never served, never stored
-            return Plan(Status.MISS, feedback.value, sig, None if feedback.value in UNSTORED else policy)
+            return Plan(Status.MISS, feedback, sig, None if feedback in UNSTORED else policy)
         skip = (Reason.TOPIC_SWITCH if sig.tags.context_switch else None) or (
             Reason.NO_CACHE if req.controls.no_cache else None
         )
@@ -98,5 +98,5 @@ class Planner:
         if decision.status is Status.MISS and pending_would_serve(
             found.best_pending, policy, better_than=decision.score
         ):
-            return Plan(Status.MISS, PENDING, sig, policy, decision)
+            return Plan(Status.MISS, Reason.PENDING, sig, policy, decision)
         return Plan(decision.status, decision.reason, sig, policy, decision)

@@ -18,7 +18,7 @@ from aiohttp import web
 from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
 from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
-from proxy.http.outcome import Outcome, account, cache_headers
+from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.relay import relay_json, relay_stream
 from proxy.identity import Identity
 from proxy.model import Reason, Record, Signature, Status
@@ -293,7 +293,7 @@ class ChatService:
                 usage=usage,
             )
         except StoreUnavailable:  # the answer is relayed already; it is just not kept
-            out.reason += ":store_unavailable"
+            out.ending = Ending.STORE_UNAVAILABLE
             return
         out.stages["store"] = time.perf_counter() - t
         out.stored, out.cache_id = True, record.cache_id

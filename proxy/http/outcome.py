@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import structlog
 
-from proxy.feedback import PENDING
 from proxy.identity import Identity
-from proxy.model import Decision, Signature, Status
+from proxy.model import Decision, Reason, Signature, Status
 from proxy.observability.metrics import Metrics
 
 log = structlog.get_logger("smartcache")
@@ -20,17 +20,24 @@ log = structlog.get_logger("smartcache")
 # reasons stay behind the debug headers.
 PUBLIC_REASONS = frozenset(
     {
-        PENDING,
-        "regenerate",
-        "correction",
-        "session_reset",
-        "no_cache",
-        "no_store",
-        "topic_switch",
-        "intent_disabled",
-        "overloaded",
+        Reason.PENDING,
+        Reason.REGENERATE,
+        Reason.CORRECTION,
+        Reason.SESSION_RESET,
+        Reason.NO_CACHE,
+        Reason.TOPIC_SWITCH,
+        Reason.INTENT_DISABLED,
+        Reason.OVERLOADED,
     }
 )
+
+
+class Ending(StrEnum):
+    """How a request ended when it did not end as planned; its reason still says what was planned."""
+
+    UPSTREAM_CUT = "upstream_cut"  # the upstream stream broke after the status line went out
+    CLIENT_GONE = "client_gone"  # the client hung up mid-stream
+    STORE_UNAVAILABLE = "store_unavailable"  # the answer was relayed but could not be kept
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Outcome:
 
     status: Status = Status.MISS
     reason: str = ""
+    ending: Ending | None = None
     intent: str = "-"
     score: float | None = None
     cache_id: str | None = None
@@ -55,8 +63,7 @@ class Outcome:
 
 
 def public_reason(reason: str) -> str | None:
-    head = reason.split(":", 1)[0]
-    return head if head in PUBLIC_REASONS else None
+    return reason if reason in PUBLIC_REASONS else None
 
 
 def cache_headers(out: Outcome, *, debug: bool) -> dict[str, str]:
@@ -73,6 +80,8 @@ def cache_headers(out: Outcome, *, debug: bool) -> dict[str, str]:
 
 def _debug_headers(out: Outcome) -> Mapping[str, str]:
     headers = {"x-smartcache-reason": out.reason, "x-smartcache-intent": out.intent}
+    if out.ending is not None:
+        headers["x-smartcache-ending"] = out.ending.value
     if out.score is not None:
         headers["x-smartcache-score"] = f"{out.score:.4f}"
     if out.signature is not None:
@@ -88,7 +97,7 @@ def _debug_headers(out: Outcome) -> Mapping[str, str]:
 def account(metrics: Metrics, out: Outcome, who: Identity, elapsed: float) -> None:
     """The metrics of one request and its canonical log line."""
     status = out.status.value.replace("-", "_")
-    metrics.observe_request(status, out.intent, out.reason.split(":")[0] or "-", elapsed)  # type: ignore[arg-type]
+    metrics.observe_request(status, out.intent, out.reason or "-", elapsed)  # type: ignore[arg-type]
     for stage, seconds in out.stages.items():
         metrics.observe_stage(stage, seconds)  # type: ignore[arg-type]
     if out.decision is not None:
@@ -101,6 +110,7 @@ def account(metrics: Metrics, out: Outcome, who: Identity, elapsed: float) -> No
         "chat.request",
         status=out.status.value,
         reason=out.reason,
+        ending=out.ending,
         intent=out.intent,
         score=None if out.score is None else round(out.score, 4),
         cache_id=out.cache_id,

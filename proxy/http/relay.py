@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import UpstreamError, UpstreamUnavailable
-from proxy.http.outcome import Outcome
+from proxy.http.outcome import Ending, Outcome
 from proxy.observability.metrics import Metrics
 from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.upstream import coalesce
@@ -87,11 +87,11 @@ async def relay_stream(
         except UpstreamError as exc:
             # the status line is gone already: say so in-band, as OpenAI does, and store nothing
             metrics.upstream_error(type(exc).__name__)
-            out.reason += ":upstream_cut"
+            out.ending = Ending.UPSTREAM_CUT
             await end_with_error(response, exc)
             return Relayed(response, tee.usage or {})
         except ConnectionResetError:
-            out.reason += ":client_gone"
+            out.ending = Ending.CLIENT_GONE
             return Relayed(response, tee.usage or {})
     out.response_id = tee.response_id
     whole = tee.done and not tee.tool_calls and not tee.malformed
