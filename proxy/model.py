@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -27,16 +27,11 @@ class RecordState(StrEnum):
 LIVE_STATES = (RecordState.PENDING, RecordState.READY)
 
 
-class Scope(StrEnum):
-    """Pools from narrow to wide; an answer is written to one and looked up up to ``widen_to``."""
-
-    SESSION = "session"
-    USER = "user"
-    TENANT = "tenant"
-    GLOBAL = "global"
-
-
-SCOPE_ORDER: tuple[Scope, ...] = (Scope.SESSION, Scope.USER, Scope.TENANT, Scope.GLOBAL)
+# Pools from narrow to wide: an answer is written to one and looked up up to the policy's widen_to.
+# A literal, not an enum: it is read from policy files and stored on records as these strings.
+Scope = Literal["session", "user", "tenant", "global"]
+SCOPES: tuple[Scope, ...] = get_args(Scope)
+SCOPE_WIDTH: Mapping[str, int] = {scope: width for width, scope in enumerate(SCOPES)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from proxy.policy_values import CONVERTERS, SCOPES, BadValue, Check, Scope, describe, type_name
+from proxy.model import SCOPES, Scope
+from proxy.policy_values import CONVERTERS, BadValue, Check, describe, type_name
 
 GENERAL = "general"
 

@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
-Scope = Literal["session", "user", "tenant", "global"]
+from proxy.model import SCOPES
+
 Check = Literal["budget", "dates", "counts", "entities"]
 
-SCOPES: tuple[Scope, ...] = get_args(Scope)  # narrowest pool first
 CHECKS: tuple[Check, ...] = get_args(Check)
 
 

@@ -19,19 +19,18 @@ from typing import Literal, get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.model import SCOPES, RecordState
+
 Status = Literal["hit", "half_hit", "miss", "bypass"]
 Outcome = Literal["accepted", "corrected"]
 WriteOutcome = Literal["pending", "ready", "rejected"]
 Stage = Literal["parse", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
-RecordState = Literal["pending", "ready", "rejected", "invalid"]
-RecordScope = Literal["session", "user", "tenant", "global"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 WRITE_OUTCOMES: tuple[WriteOutcome, ...] = get_args(WriteOutcome)
 STAGES: tuple[Stage, ...] = get_args(Stage)
-RECORD_STATES: tuple[RecordState, ...] = get_args(RecordState)
-RECORD_SCOPES: tuple[RecordScope, ...] = get_args(RecordScope)
+RECORD_STATES: tuple[str, ...] = tuple(state.value for state in RecordState)
 TOKEN_KINDS = ("prompt", "completion")
 
 # Stages run from tens of microseconds (parse) to the upstream call (seconds to minutes).
@@ -206,10 +205,10 @@ class Metrics:
         """Replace the record gauge with ``{(state, scope): count}``; pairs not given read 0."""
         for state, scope in counts:
             _check(state, RECORD_STATES, "state")
-            _check(scope, RECORD_SCOPES, "scope")
+            _check(scope, SCOPES, "scope")
         # Every pair is always set, never cleared, so no scrape sees a half-updated gauge.
         for state in RECORD_STATES:
-            for scope in RECORD_SCOPES:
+            for scope in SCOPES:
                 self._records.labels(state, scope).set(counts.get((state, scope), 0))
 
     def set_index_size(self, n: int) -> None:
