@@ -20,6 +20,9 @@ class Script:
     calls: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     counter: int = 0
+    # when set, every call waits for it (after ``delay``): a test releases the upstream once what
+    # it arranged (followers queued behind one call) is in place, whatever the machine's speed
+    hold: asyncio.Event | None = None
 
     def answer_for(self, body: dict[str, Any]) -> str:
         users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
@@ -48,6 +51,8 @@ def scripted_app(script: Script) -> web.Application:
         script.headers.append(dict(request.headers))
         if script.delay:
             await asyncio.sleep(script.delay)
+        if script.hold is not None:
+            await script.hold.wait()
         if script.mode == "error500":
             return web.json_response(
                 {"error": {"message": "engine exploded", "type": "server_error", "param": None, "code": "boom"}},

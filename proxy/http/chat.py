@@ -210,7 +210,7 @@ class ChatService:
         await flight.wait()
         out.stages["upstream"] = out.stages.get("upstream", 0.0) + time.perf_counter() - t
         if flight.error is not None:
-            out.reason, out.upstream_status = f"{out.reason}:coalesced", flight.error.status
+            out.reason, out.upstream_status = Reason.COALESCED, flight.error.status
             raise flight.error
         shared = flight.answer
         if shared is None:

@@ -1,12 +1,13 @@
 """Request coalescing: concurrent identical requests share one upstream call (proxy/coalesce.py).
 
-End to end through the openai SDK against the scripted upstream, whose delay keeps the leader's
-call in flight while the followers arrive; plus the flight table and the pure helpers alone.
+End to end through the openai SDK against the scripted upstream, which holds the leader's call
+until every follower is waiting on it; plus the flight table and the pure helpers alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 import openai
@@ -22,8 +23,7 @@ from proxy.upstream.coalesce import Coalescer, coalesce_key, plain_answer, with_
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat, chat_stream
 
-# Long enough that all ten requests are signed and waiting before the leader's answer lands.
-UPSTREAM_DELAY = 2.0
+UPSTREAM_DELAY = 2.0  # for requests that must not share a flight: they all arrive within it
 N = 10
 
 
@@ -31,15 +31,39 @@ def request_lines(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry for entry in logs if entry["event"] == "chat.request"]
 
 
+async def held(
+    proxy: Proxy, upstream: Upstream, requests: list[Coroutine[Any, Any, Any]], *, followers: int | None = None
+) -> list[Any]:
+    """Run ``requests`` with the upstream held until ``followers`` of them (all but the one that
+    leads, by default) wait on a flight, then let it answer."""
+    coalescer = proxy.app[keys.CHAT].coalescer
+    assert coalescer is not None
+    if upstream.script.hold is None:
+        upstream.script.hold = asyncio.Event()
+    before = coalescer.followed
+    tasks = [asyncio.ensure_future(r) for r in requests]
+    async with asyncio.timeout(120):
+        while coalescer.followed - before < (len(requests) - 1 if followers is None else followers):
+            await asyncio.sleep(0.02)
+    upstream.script.hold.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def concurrent(proxy: Proxy, session: str, messages: list[dict[str, str]], n: int = N, **kw: Any) -> list[Any]:
     client = proxy.client(**{"x-smartcache-session": session})
     return await asyncio.gather(*(chat(client, messages, **kw) for _ in range(n)), return_exceptions=True)
 
 
+async def together(
+    proxy: Proxy, upstream: Upstream, session: str, messages: list[dict[str, str]], n: int = N
+) -> list[Any]:
+    client = proxy.client(**{"x-smartcache-session": session})
+    return await held(proxy, upstream, [chat(client, messages) for _ in range(n)])
+
+
 async def test_ten_concurrent_identical_requests_make_one_upstream_call(proxy: Proxy, upstream: Upstream) -> None:
-    upstream.script.delay = UPSTREAM_DELAY
     with capture_logs() as logs:
-        results = await concurrent(proxy, "c1", ask("How do tides work?"))
+        results = await together(proxy, upstream, "c1", ask("How do tides work?"))
     assert len(upstream.script.calls) == 1
     statuses = sorted(status for status, _, _ in results)
     assert statuses == ["hit"] * (N - 1) + ["miss"]
@@ -60,14 +84,21 @@ async def test_ten_concurrent_identical_requests_make_one_upstream_call(proxy: P
 
 
 async def test_stream_and_json_followers_share_a_streamed_leader(proxy: Proxy, upstream: Upstream) -> None:
-    upstream.script.delay = UPSTREAM_DELAY
     client = proxy.client(**{"x-smartcache-session": "c2"})
     messages = ask("Why do cats purr?")
+    upstream.script.hold = asyncio.Event()
     leader = asyncio.create_task(chat_stream(client, messages))
-    await asyncio.sleep(0.5)  # the streamed request leads
-    followers = await asyncio.gather(
-        *(chat_stream(client, messages, stream_options={"include_usage": True}) for _ in range(3)),
-        *(chat(client, messages) for _ in range(3)),
+    async with asyncio.timeout(120):  # the streamed request leads
+        while not upstream.script.calls:
+            await asyncio.sleep(0.02)
+    followers = await held(
+        proxy,
+        upstream,
+        [
+            *(chat_stream(client, messages, stream_options={"include_usage": True}) for _ in range(3)),
+            *(chat(client, messages) for _ in range(3)),
+        ],
+        followers=6,
     )
     status, text, _ = await leader
     assert status == "miss" and text == "Answer #1 to: Why do cats purr?"
@@ -80,12 +111,16 @@ async def test_stream_and_json_followers_share_a_streamed_leader(proxy: Proxy, u
 
 
 async def test_a_truncated_answer_is_shared_with_its_finish_reason(proxy: Proxy, upstream: Upstream) -> None:
-    upstream.script.delay, upstream.script.mode = UPSTREAM_DELAY, "length"
+    upstream.script.mode = "length"
     client = proxy.client(**{"x-smartcache-session": "c3"})
     messages = ask("List every prime number.")
-    results = await asyncio.gather(
-        *(chat(client, messages, max_tokens=5) for _ in range(3)),
-        *(chat_stream(client, messages, max_tokens=5) for _ in range(3)),
+    results = await held(
+        proxy,
+        upstream,
+        [
+            *(chat(client, messages, max_tokens=5) for _ in range(3)),
+            *(chat_stream(client, messages, max_tokens=5) for _ in range(3)),
+        ],
     )
     assert len(upstream.script.calls) == 1
     assert sorted(s for s, _, _ in results) == ["hit"] * 5 + ["miss"]
@@ -97,25 +132,24 @@ async def test_a_truncated_answer_is_shared_with_its_finish_reason(proxy: Proxy,
 
 
 async def test_followers_get_the_leaders_upstream_error(proxy: Proxy, upstream: Upstream) -> None:
-    upstream.script.delay, upstream.script.mode = UPSTREAM_DELAY, "error500"
+    upstream.script.mode = "error500"
     with capture_logs() as logs:
-        results = await concurrent(proxy, "c4", ask("What is dark matter?"))
+        results = await together(proxy, upstream, "c4", ask("What is dark matter?"))
     assert len(upstream.script.calls) == 1
     assert all(isinstance(r, openai.InternalServerError) for r in results)
     assert {r.body["code"] for r in results} == {"boom"}
     lines = request_lines(logs)
-    assert len([line for line in lines if line["reason"].endswith(":coalesced")]) == N - 1
+    assert len([line for line in lines if line["reason"] == "coalesced" and line["status"] == "miss"]) == N - 1
     assert all(line["upstream_status"] == 500 for line in lines)
 
 
 async def test_an_identical_request_after_completion_is_a_regenerate_and_goes_upstream(
     proxy: Proxy, upstream: Upstream
 ) -> None:
-    upstream.script.delay = UPSTREAM_DELAY
     messages = ask("Suggest a name for a bakery.")
-    await concurrent(proxy, "c5", messages, n=4)
+    await together(proxy, upstream, "c5", messages, n=4)
     assert len(upstream.script.calls) == 1
-    upstream.script.delay = 0.0
+    upstream.script.hold = None
     with capture_logs() as logs:
         status, text, _ = await chat(proxy.client(**{"x-smartcache-session": "c5"}), messages)
     assert status == "miss" and text == "Answer #2 to: Suggest a name for a bakery."
