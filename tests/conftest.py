@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.packs import install_pack, load_embedder
@@ -81,6 +83,16 @@ class Proxy:
         return openai.AsyncOpenAI(
             base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30, default_headers=headers or None
         )
+
+    async def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of the proxy's /metrics as a Prometheus scrape reads it, None when absent."""
+        async with aiohttp.ClientSession() as session, session.get(self.server.make_url("/metrics")) as resp:
+            text = await resp.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
 
     async def stop(self) -> None:
         await self.server.close()

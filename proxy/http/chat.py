@@ -68,6 +68,20 @@ class ChatService:
         )
         self.planner = Planner(cache=cache, signer=signer, policy_box=policy_box, feedback=self.feedback)
         self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, prewarm_all
+        if coalescer is not None:
+            metrics.tally(
+                "smartcache_coalesced_requests",
+                "Requests that led an upstream call and that followed one already in flight.",
+                "role",
+                lambda: {"led": coalescer.led, "followed": coalescer.followed},
+            )
+        if prewarmer is not None:
+            metrics.tally(
+                "smartcache_prewarms",
+                "KV prewarm requests after a hit: sent, dropped with every slot busy, failed.",
+                "outcome",
+                lambda: {"sent": prewarmer.sent, "dropped": prewarmer.dropped, "failed": prewarmer.failed},
+            )
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:

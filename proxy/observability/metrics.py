@@ -13,11 +13,13 @@ the callers, which keeps cardinality bounded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from proxy.model import SCOPES, RecordState
 
@@ -224,9 +226,25 @@ class Metrics:
     def store_vector_search(self, available: bool) -> None:
         self._vector_search.set(int(available))
 
+    def tally(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, int]]) -> None:
+        """Export a part's own counts (the coalescer's flights, the prewarmer's requests) as a
+        counter read at scrape time: the part keeps counting, nothing counts twice."""
+        self.registry.register(_Tally(name, documentation, label, read))
+
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for ``GET /metrics``."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _Tally(Collector):
+    def __init__(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, int]]) -> None:
+        self.name, self.documentation, self.label, self.read = name, documentation, label, read
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, count in self.read().items():
+            family.add_metric([value], count)
+        yield family
 
 
 def _check(value: str, allowed: tuple[str, ...], label: str) -> None:

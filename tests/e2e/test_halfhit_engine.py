@@ -253,5 +253,7 @@ async def test_prewarms_beyond_the_limit_are_dropped_and_never_delay_hits(
     await ask_then_hit(proxy, "pm3", hits=3, delay_after_miss=30.0, upstream=upstream)
     # all three hits were answered while the first prewarm still waits upstream
     assert (prewarmer.in_flight, prewarmer.dropped, prewarmer.sent) == (1, 2, 0)
+    assert await proxy.metric("smartcache_prewarms_total", outcome="dropped") == 2
+    assert await proxy.metric("smartcache_prewarms_total", outcome="sent") == 0
     await proxy.stop()  # shutdown cancels it: nobody is left to use the warm prefix
     assert (prewarmer.in_flight, prewarmer.sent, prewarmer.failed) == (0, 0, 0)

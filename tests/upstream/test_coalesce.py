@@ -81,6 +81,8 @@ async def test_ten_concurrent_identical_requests_make_one_upstream_call(proxy: P
     chat_service = proxy.app[keys.CHAT]
     assert chat_service.coalescer is not None
     assert (chat_service.coalescer.led, chat_service.coalescer.followed, len(chat_service.coalescer)) == (1, N - 1, 0)
+    assert await proxy.metric("smartcache_coalesced_requests_total", role="led") == 1
+    assert await proxy.metric("smartcache_coalesced_requests_total", role="followed") == N - 1
 
 
 async def test_stream_and_json_followers_share_a_streamed_leader(proxy: Proxy, upstream: Upstream) -> None:
