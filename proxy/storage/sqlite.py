@@ -6,7 +6,9 @@ the vector index, so the index can always be rebuilt from this file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -17,9 +19,13 @@ import aiosqlite
 import orjson
 
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
-from proxy.storage.base import Count, IndexKey, IndexRow, Ref, Selector, StoreMismatch, Usage
+from proxy.storage.base import Count, IndexKey, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
 
 __all__ = ["SqliteStore", "StoreMismatch"]
+
+# What SQLite says when the disk cannot take a write: the store is then out of service for
+# writes, as a shared store that is down is, while reads go on.
+_NO_ROOM = ("database or disk is full", "disk i/o error")
 
 # what the vector index and its filter need of a record (see IndexRow), in this order
 INDEX_COLUMNS = (
@@ -163,6 +169,21 @@ class SqliteStore:
     async def close(self) -> None:
         await self._db.close()
 
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[None]:
+        """One write and its commit. One the disk cannot take is rolled back whole and refused as
+        StoreUnavailable: the request it came from still gets its answer, the answer is simply not
+        kept, and nothing half-written stays."""
+        try:
+            yield
+            await self._db.commit()
+        except sqlite3.OperationalError as exc:
+            if not any(words in str(exc).lower() for words in _NO_ROOM):
+                raise
+            with contextlib.suppress(sqlite3.Error):
+                await self._db.rollback()
+            raise StoreUnavailable(f"{self.path.name}: {exc}") from exc
+
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         async with self._db.execute(sql, params) as cur:
             row = await cur.fetchone()
@@ -215,10 +236,10 @@ class SqliteStore:
             values[key] = orjson.dumps(values[key]).decode()
         values["state"] = str(values["state"])
         values["scope"] = str(values["scope"])
-        cur = await self._db.execute(
-            f"INSERT INTO records ({', '.join(values)}) VALUES ({_marks(len(values))})", list(values.values())
-        )
-        await self._db.commit()
+        async with self._writing():
+            cur = await self._db.execute(
+                f"INSERT INTO records ({', '.join(values)}) VALUES ({_marks(len(values))})", list(values.values())
+            )
         assert cur.lastrowid is not None
         return int(cur.lastrowid)
 
@@ -251,12 +272,12 @@ class SqliteStore:
 
     async def set_state(self, selector: Selector, state: RecordState) -> list[Ref]:
         out: list[Ref] = []
-        for sel in _chunks(selector):
-            table, where, params = _where(sel)
-            out += await self._refs(
-                f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
-            )
-        await self._db.commit()
+        async with self._writing():
+            for sel in _chunks(selector):
+                table, where, params = _where(sel)
+                out += await self._refs(
+                    f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
+                )
         return out
 
     async def promote_due(self, now: float) -> list[Ref]:
@@ -264,41 +285,41 @@ class SqliteStore:
 
     async def delete(self, selector: Selector) -> list[Ref]:
         out: list[Ref] = []
-        for sel in _chunks(selector):
-            table, where, params = _where(sel)
-            out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
-        await self._db.commit()
+        async with self._writing():
+            for sel in _chunks(selector):
+                table, where, params = _where(sel)
+                out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
         if out:
             await self._db.execute("PRAGMA incremental_vacuum(256)")
         return out
 
     async def record_hit(self, cache_id: str, now: float) -> None:
-        await self._db.execute(
-            "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?", (now, cache_id)
-        )
-        await self._db.commit()
+        async with self._writing():
+            await self._db.execute(
+                "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?", (now, cache_id)
+            )
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
-        score = await self._one(
-            "UPDATE records SET feedback_score = MAX(0.0, MIN(1.0, feedback_score + ?)) WHERE cache_id = ? "
-            "RETURNING feedback_score",
-            (delta, cache_id),
-        )
-        await self._db.commit()
+        async with self._writing():
+            score = await self._one(
+                "UPDATE records SET feedback_score = MAX(0.0, MIN(1.0, feedback_score + ?)) WHERE cache_id = ? "
+                "RETURNING feedback_score",
+                (delta, cache_id),
+            )
         return None if score is None else float(score)
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
-        await self._db.execute(
-            "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
-            "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at",
-            (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time()),
-        )
-        await self._db.commit()
+        async with self._writing():
+            await self._db.execute(
+                "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
+                "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at",
+                (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time()),
+            )
 
     async def purge_session_last(self, before: float) -> int:
-        cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
-        await self._db.commit()
+        async with self._writing():
+            cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
         return cur.rowcount
 
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:

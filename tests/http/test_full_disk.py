@@ -91,11 +91,6 @@ async def stored(proxy: Proxy) -> int:
     return len(await proxy.app[keys.CACHE].store.find(Selector(model="m-disk", states=None), limit=1000))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="proxy/storage/sqlite.py lets sqlite3.OperationalError('database or disk is full') through instead of "
-    "rolling back and raising StoreUnavailable, so a miss whose answer came back whole is answered 500",
-)
 async def test_a_full_disk_fails_writes_closed_and_keeps_serving(
     small_disk: Path, make_proxy: ProxyFactory, upstream: Upstream
 ) -> None:
