@@ -1,0 +1,388 @@
+"""Proxy overhead against the direct upstream, per cache outcome, and hit throughput.
+
+The proxy runs as its own process (``python -m proxy serve``, as in soak.py) in front of
+soak_upstream.py's app on loopback with a fixed first-byte latency; this process is the client.
+Modes, each with its own fresh sessions and texts so no mode feeds another:
+
+- ``direct``: the same requests straight to the upstream (the floor);
+- ``miss``: a question never asked before (the embedding runs, the upstream answers);
+- ``hit_exact``: a question asked again verbatim in its session (the answer comes from the cache);
+- ``hit_paraphrase``: a travel question asked again in other words in its session;
+- ``half_hit``: a general question asked again in other words, in the policy's candidate zone
+  (forwarded upstream with the context reused);
+- ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is.
+
+Seeding requests (the first asking of a pair) are not timed. Every mode runs once per round, in
+an order rotated each round; the table shows the median over rounds of each round's p50/p95/p99
+and of the proxy's CPU time per request (user + system of the proxy process and its threads,
+from /proc). A mode's latencies count only the requests whose ``x-cache-status`` was the one the
+mode expects; the status column shows what all of them got. Then exact-repeat hits at 1, 8 and
+64 concurrent clients for a few seconds each, also in alternating rounds.
+
+    .venv/bin/python benchmarks/bench_overhead.py [--quick] [--rounds 7] [-n 40] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measurement import DEFAULT_MODEL_HOME, envelope, fmt, median_of, process_cpu_seconds, summary, write_json
+from soak import ProxyProcess, free_port
+from soak_upstream import Delays, Tally, soak_upstream
+
+MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+EXPECT = {
+    "direct": "-",
+    "miss": "miss",
+    "hit_exact": "hit",
+    "hit_paraphrase": "hit",
+    "half_hit": "half-hit",
+    "bypass": "bypass",
+}
+CITIES = (
+    "Lisbon",
+    "Porto",
+    "Madrid",
+    "Seville",
+    "Valencia",
+    "Paris",
+    "Lyon",
+    "Marseille",
+    "Rome",
+    "Florence",
+    "Venice",
+    "Milan",
+    "Naples",
+    "Vienna",
+    "Prague",
+    "Budapest",
+    "Krakow",
+    "Berlin",
+    "Munich",
+    "Hamburg",
+    "Amsterdam",
+    "Brussels",
+    "Copenhagen",
+    "Stockholm",
+    "Oslo",
+    "Helsinki",
+    "Dublin",
+    "Edinburgh",
+    "Athens",
+    "Istanbul",
+    "Kyoto",
+    "Osaka",
+    "Tokyo",
+    "Seoul",
+    "Bangkok",
+    "Hanoi",
+    "Singapore",
+    "Sydney",
+    "Toronto",
+    "Chicago",
+)
+SIGHTS = ("main train station", "old town", "cathedral", "central market", "harbour", "city museum")
+VERBS = ("reset", "change", "export", "delete", "share", "renew")
+THINGS = ("password", "invoice", "account", "subscription", "profile")
+T = TypeVar("T")
+APPS = ("mobile", "desktop", "web", "tablet", "banking", "shopping", "travel", "music")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One timed request; ``seed`` is asked first in the same session, untimed."""
+
+    ask: str
+    seed: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload:
+    """Fresh texts for every mode and round: repeated texts would let the signer's vector cache
+    skip the embedding on the second round."""
+
+    def __init__(self, seed: int) -> None:
+        rng = random.Random(seed)
+        self._counter = itertools.count(1)
+        self._hotels = [(c, s) for c in CITIES for s in SIGHTS]
+        self._accounts = [(v, t, a) for v in VERBS for t in THINGS for a in APPS]
+        rng.shuffle(self._hotels)
+        rng.shuffle(self._accounts)
+
+    def probes(self, mode: str, n: int) -> list[Probe]:
+        return [self._probe(mode) for _ in range(n)]
+
+    def _probe(self, mode: str) -> Probe:
+        i = next(self._counter)
+        question = f"Question number {i}: what is {i} times {i + 7}?"
+        if mode in ("direct", "miss"):
+            return Probe(question)
+        if mode == "hit_exact":
+            return Probe(question, seed=question)
+        if mode == "bypass":
+            return Probe(question, extra={"logprobs": True})
+        if mode == "hit_paraphrase":
+            city, sight = self._hotels[i % len(self._hotels)]
+            return Probe(
+                f"Can you suggest a hotel close to the {sight} in {city}?",
+                seed=f"Suggest a hotel near the {sight} in {city}",
+            )
+        verb, thing, app = self._accounts[i % len(self._accounts)]
+        return Probe(
+            f"How can I {verb} my {thing} in the {app} app?", seed=f"How do I {verb} my {thing} in the {app} app?"
+        )
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, text: str, sid: str, extra: dict[str, Any] | None = None
+) -> tuple[float, str]:
+    """(milliseconds to the whole answer, x-cache-status)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": text}], **(extra or {})}
+    headers = {"Authorization": "Bearer sk-bench-overhead", "x-smartcache-session": sid}
+    t0 = time.perf_counter()
+    async with session.post(url, json=body, headers=headers) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url} answered {resp.status}")
+        status = resp.headers.get("x-cache-status", "-")
+    return (time.perf_counter() - t0) * 1000, status
+
+
+@dataclass
+class ModeResult:
+    rounds: list[dict[str, float]] = field(default_factory=list)
+    statuses: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+async def run_mode(
+    session: aiohttp.ClientSession,
+    mode: str,
+    probes: Sequence[Probe],
+    urls: dict[str, str],
+    pid: int,
+    tag: str,
+    result: ModeResult,
+) -> None:
+    url = urls["direct"] if mode == "direct" else urls["proxy"]
+    for i, probe in enumerate(probes):
+        if probe.seed is not None:
+            await post(session, url, probe.seed, f"{tag}-{i}")
+    cpu0 = process_cpu_seconds(pid)
+    timed = [await post(session, url, p.ask, f"{tag}-{i}", p.extra) for i, p in enumerate(probes)]
+    cpu = process_cpu_seconds(pid) - cpu0
+    result.statuses.update(status for _, status in timed)
+    matched = [ms for ms, status in timed if status == EXPECT[mode]]
+    row = summary(matched)
+    row["cpu_ms_per_request"] = float("nan") if mode == "direct" else 1000 * cpu / len(probes)
+    result.rounds.append(row)
+
+
+async def closed_loop(
+    session: aiohttp.ClientSession, url: str, texts: Sequence[tuple[str, str]], clients: int, seconds: float
+) -> dict[str, float]:
+    """``clients`` concurrent loops, each asking its sessions' seeded questions again until the time is up."""
+    statuses: collections.Counter[str] = collections.Counter()
+    deadline = time.perf_counter() + seconds
+
+    async def client(c: int) -> None:
+        k = c
+        while time.perf_counter() < deadline:
+            sid, text = texts[k % len(texts)]
+            _, status = await post(session, url, text, sid)
+            statuses[status] += 1
+            k += clients
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    elapsed = time.perf_counter() - t0
+    return {"requests_per_s": statuses["hit"] / elapsed, "hit_share": statuses["hit"] / max(1, statuses.total())}
+
+
+@dataclass(frozen=True)
+class Serving:
+    direct: str  # the upstream's chat URL
+    proxy: str  # the proxy's chat URL
+    pid: int  # the proxy process
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    upstream_ms: float, pack: str, model_home: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[Serving]:
+    """The scripted upstream in this process and a proxy process in front of it, both on loopback."""
+    logging.getLogger("aiohttp").setLevel(logging.ERROR)
+    delays = Delays(first_byte=(upstream_ms / 1000,) * 2)
+    runner = web.AppRunner(soak_upstream(delays, Tally(), random.Random(0)), access_log=None)
+    await runner.setup()
+    up_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", up_port).start()
+    proxy_env = {
+        **os.environ,
+        "SMARTCACHE_REGENERATE_WINDOW": "0",  # a verbatim repeat is a hit here, not a regenerate
+        "SMARTCACHE_LOG_LEVEL": "warning",
+        "SMARTCACHE_MODEL_HOME": str(model_home),
+        "SMARTCACHE_EMBEDDING_MODEL": pack,
+        **(env or {}),
+    }
+    work = Path(tempfile.mkdtemp(prefix="smartcache-bench-"))
+    proxy = ProxyProcess(f"http://127.0.0.1:{up_port}/v1", work / "data", proxy_env)
+    try:
+        await proxy.start()
+        assert proxy.proc is not None
+        yield Serving(
+            f"http://127.0.0.1:{up_port}/v1/chat/completions", proxy.url + "/v1/chat/completions", proxy.proc.pid
+        )
+    finally:
+        proxy.stop()
+        await runner.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def warm_up(s: aiohttp.ClientSession, target: Serving) -> None:
+    """Loads the graph's kernels and opens the sockets before anything is timed."""
+    for i in range(3):
+        await post(s, target.proxy, f"warm-up question {i}", "warm")
+        await post(s, target.direct, f"warm-up question {i}", "warm")
+
+
+async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[tuple[str, str]]:
+    """(session, question) pairs each asked once, so asking again is an exact-repeat hit."""
+    pool = [(f"tp-{k}", f"Throughput question {k}: how many minutes are in {k} hours?") for k in range(size)]
+    for sid, text in pool:
+        await post(s, url, text, sid)
+    return pool
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    results = {mode: ModeResult() for mode in MODES}
+    work_gen = Workload(args.seed)
+    throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
+    async with serving(args.upstream_ms, args.pack, args.model_home) as target:
+        urls = {"direct": target.direct, "proxy": target.proxy}
+        connector = aiohttp.TCPConnector(limit=max(args.clients) + 8)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as s:
+            await warm_up(s, target)
+            for r in range(args.rounds):
+                for mode in rotated(MODES, r):
+                    probes = work_gen.probes(mode, args.n)
+                    await run_mode(s, mode, probes, urls, target.pid, f"r{r}-{mode}", results[mode])
+                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+            pool = await seed_pool(s, target.proxy)
+            for r in range(args.rounds):
+                for clients in rotated(args.clients, r):
+                    throughput[clients].append(await closed_loop(s, target.proxy, pool, clients, args.seconds))
+    return collate(results, throughput, args)
+
+
+def rotated(items: Sequence[T], r: int) -> list[T]:
+    """``items`` starting at position r: each round runs the modes in another order."""
+    k = r % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def collate(
+    results: dict[str, ModeResult], throughput: dict[int, list[dict[str, float]]], args: argparse.Namespace
+) -> dict[str, Any]:
+    direct = results["direct"].rounds
+    modes: dict[str, Any] = {}
+    for mode, res in results.items():
+        deltas = [row["p50"] - base["p50"] for row, base in zip(res.rounds, direct, strict=True)]
+        modes[mode] = {
+            "expected_status": EXPECT[mode],
+            "statuses": dict(res.statuses),
+            "median": {key: median_of(res.rounds, key) for key in ("p50", "p95", "p99", "cpu_ms_per_request")},
+            "p50_over_direct_ms": median_of([{"d": d} for d in deltas], "d") if mode != "direct" else 0.0,
+            "rounds": res.rounds,
+        }
+    return {
+        "upstream_ms": args.upstream_ms,
+        "pack": args.pack,
+        "rounds": args.rounds,
+        "requests_per_mode_per_round": args.n,
+        "modes": modes,
+        "hit_throughput": {
+            str(c): {
+                "requests_per_s": median_of(rows, "requests_per_s"),
+                "hit_share": median_of(rows, "hit_share"),
+                "rounds": rows,
+            }
+            for c, rows in throughput.items()
+        },
+        "throughput_seconds": args.seconds,
+    }
+
+
+def print_tables(res: dict[str, Any], console: Console) -> None:
+    table = Table(
+        title=(
+            f"proxy vs direct upstream ({res['upstream_ms']:.0f} ms scripted), {res['pack']}, median of "
+            f"{res['rounds']} rounds x {res['requests_per_mode_per_round']} requests (ms)"
+        )
+    )
+    for col in ("mode", "x-cache-status (all)", "p50", "p95", "p99", "p50 over direct", "proxy CPU ms/req"):
+        table.add_column(col, justify="left" if col.startswith(("mode", "x-")) else "right")
+    for mode, row in res["modes"].items():
+        med = row["median"]
+        table.add_row(
+            mode,
+            ",".join(f"{k}:{v}" for k, v in sorted(row["statuses"].items())),
+            fmt(med["p50"]),
+            fmt(med["p95"]),
+            fmt(med["p99"]),
+            "-" if mode == "direct" else f"{row['p50_over_direct_ms']:+.1f}",
+            fmt(med["cpu_ms_per_request"]),
+        )
+    console.print(table)
+    tp = Table(title=f"exact-repeat hit throughput, {res['throughput_seconds']:.0f} s per level, median of rounds")
+    for col in ("clients", "hits/s", "hit share"):
+        tp.add_column(col, justify="right")
+    for clients, row in res["hit_throughput"].items():
+        tp.add_row(clients, fmt(row["requests_per_s"]), fmt(row["hit_share"], 3))
+    console.print(tp)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="5 rounds x 12 requests, 2 s per throughput level")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("-n", type=int, default=40, help="timed requests per mode per round")
+    ap.add_argument("--seconds", type=float, default=8.0, help="per throughput level per round")
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--upstream-ms", type=float, default=20.0, help="the scripted upstream's fixed latency")
+    ap.add_argument("--pack", default="e5-small-multilingual")
+    ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_overhead.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.n, args.seconds = 5, 12, 2.0
+    res = asyncio.run(measure(args))
+    print_tables(res, Console(width=140))
+    path = write_json(args.json, "bench_overhead", envelope("bench_overhead", sys.argv, res))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Every side-by-side benchmark in sequence, one summary: date, machine, command, headline figures.
+
+Each script runs as its own process (none shares an interpreter, a model or a port with another),
+one after the other, so no two compete for the 2 cores. A script that takes ``--quick`` gets it
+under ``--quick``; the few that do not are shrunk by the arguments in ``QUICK_ARGS``. A script
+that takes ``--json`` writes its result file into benchmarks/results/; the others' printed
+output is kept instead. Scripts not in the tree are skipped; one that fails is reported and the
+run goes on. benchmarks/results/summary.json gathers it all.
+
+    .venv/bin/python benchmarks/run_all.py [--quick] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measurement import HERE, RESULTS, ROOT, envelope, fmt, write_json
+
+# shrinks for the scripts that have no --quick of their own, or whose --quick alone does not fit
+# the budget (bench_verifier's takes over 4 minutes here)
+QUICK_ARGS: Mapping[str, Sequence[str]] = {
+    "bench_verifier": ("--max-pairs", "150", "--gbdt-train", "200"),
+    "bench_store": ("--records", "20000"),
+    "bench_replicas": ("--records", "2000", "--rounds", "200", "--seconds", "2"),
+    "bench_never_cache": ("--per-source", "40"),
+}
+# the longest any one script may take; a script past it is stopped and reported. Under --quick the
+# whole run has QUICK_BUDGET_S: each script gets at most what is left, and one that would start
+# with under a minute left is skipped, so --quick ends within it whatever the machine's load.
+TIMEOUT_S = {True: 360, False: 3600}
+QUICK_BUDGET_S = 600
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    extra: Sequence[str] = ()  # always passed
+
+    @property
+    def path(self) -> Path:
+        return HERE / f"{self.name}.py"
+
+
+# the slowest last, so a tight --quick budget cuts the fewest
+SCRIPTS = (
+    Script("bench_overhead"),
+    Script("bench_gptcache"),
+    Script("bench_store"),
+    Script("bench_never_cache"),
+    Script("bench_replicas"),
+    Script("bench_verifier"),
+    Script("bench_domains"),
+)
+
+
+def flags_of(script: Script) -> str:
+    done = subprocess.run(
+        [sys.executable, str(script.path), "--help"], capture_output=True, text=True, timeout=120, check=False
+    )
+    return done.stdout
+
+
+def command_for(script: Script, quick: bool, results: Path) -> tuple[list[str], Path | None]:
+    flags = flags_of(script)
+    cmd = [sys.executable, str(script.path.relative_to(ROOT)), *script.extra]
+    if quick:
+        if script.name in QUICK_ARGS:
+            cmd += QUICK_ARGS[script.name]
+        elif "--quick" in flags:
+            cmd.append("--quick")
+    out = results / f"{script.name}{'.quick' if quick else ''}.json" if "--json" in flags else None
+    if out is not None:
+        cmd += ["--json", str(out.relative_to(ROOT))]
+    return cmd, out
+
+
+def run_bounded(cmd: Sequence[str], timeout: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr); past ``timeout`` the script's whole process group is killed,
+    so a proxy or engine it started does not outlive it."""
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return proc.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        return -1, stdout, f"stopped after {timeout:.0f} s\n{stderr}"
+
+
+def run_one(script: Script, quick: bool, results: Path, console: Console, timeout: float) -> dict[str, Any]:
+    cmd, out = command_for(script, quick, results)
+    shown = " ".join(["python", *cmd[1:]])
+    console.print(f"[bold]$ {shown}[/bold]")
+    t0 = time.monotonic()
+    rc, stdout, stderr = run_bounded(cmd, timeout)
+    wall = time.monotonic() - t0
+    console.print(stdout.rstrip())
+    if rc != 0:
+        console.print(f"[red]{script.name} exited {rc}[/red]: {stderr.strip()[-800:]}")
+    entry: dict[str, Any] = {"command": shown, "rc": rc, "wall_s": round(wall, 1)}
+    if out is not None and out.is_file() and rc == 0:
+        entry["json"] = str(out.relative_to(ROOT))
+        entry["result"] = json.loads(out.read_text(encoding="utf-8"))
+    else:
+        entry["stdout_tail"] = stdout.strip().splitlines()[-25:]
+    entry["headline"] = headline(script.name, entry)
+    return entry
+
+
+def _overhead(r: Mapping[str, Any]) -> str:
+    modes, tp = r["modes"], r["hit_throughput"]
+    parts = [
+        f"{m} p50 {fmt(modes[m]['median']['p50'])} ms ({modes[m]['p50_over_direct_ms']:+.1f})"
+        for m in ("miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+        if m in modes
+    ]
+    parts.append("hits/s " + "/".join(f"{fmt(v['requests_per_s'], 0)}@{c}" for c, v in tp.items()))
+    return f"direct p50 {fmt(modes['direct']['median']['p50'])} ms; " + "; ".join(parts)
+
+
+def _gptcache(r: Mapping[str, Any]) -> str:
+    parts = []
+    sp = r.get("speed")
+    if sp:
+        ratio = sp["ours_over_gptcache_p50"]
+        parts.append(f"hit p50 ours/GPTCache exact {ratio['hit_exact']:.2f}, paraphrase {ratio['hit_paraphrase']:.2f}")
+        parts.append(
+            "hits/s ours/GPTCache " + ", ".join(f"{v:.1f}x@{c}" for c, v in sp["ours_over_gptcache_throughput"].items())
+        )
+    q = r.get("quality")
+    if q:
+        ours = q["smartcache"]
+        parts.append(
+            f"traces: ours {ours['correct_hits']} correct / {ours['false_hits_conversations']} false"
+            f" (recall {ours['recall_vs_tenant_reusable']:.3f})"
+        )
+        for name, v in q["gptcache"].items():
+            recall = v["recall_vs_tenant_reusable"]
+            parts.append(f"GPTCache {name} {v['correct_hits']}/{v['false_hits_conversations']} ({recall:.3f})")
+    return "; ".join(parts)
+
+
+HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {"bench_overhead": _overhead, "bench_gptcache": _gptcache}
+
+
+def headline(name: str, entry: Mapping[str, Any]) -> str:
+    if entry["rc"] != 0:
+        return f"failed (rc {entry['rc']})"
+    result = entry.get("result")
+    if result is not None and name in HEADLINES:
+        try:
+            return HEADLINES[name](result.get("results", result))
+        except (KeyError, TypeError, ZeroDivisionError) as exc:
+            return f"(no headline: {exc!r})"
+    tail = entry.get("stdout_tail") or ([] if result is None else [json.dumps(result)[:300]])
+    return " | ".join(line.strip() for line in tail[-3:])[:400]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="every script shrunk: <= 10 minutes in all")
+    ap.add_argument("--only", nargs="+", help="script names (bench_overhead ...)")
+    ap.add_argument("--json", type=Path, help="default: benchmarks/results/summary.json")
+    args = ap.parse_args(argv)
+    console = Console(width=160)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in SCRIPTS if s.path.is_file() and (not args.only or s.name in args.only)]
+    t0 = time.monotonic()
+    runs: dict[str, dict[str, Any]] = {}
+    for script in chosen:
+        left = QUICK_BUDGET_S - (time.monotonic() - t0) if args.quick else TIMEOUT_S[False]
+        if left < 60:
+            runs[script.name] = {
+                "command": "-",
+                "rc": 0,
+                "wall_s": 0.0,
+                "headline": "skipped: the --quick budget is spent",
+            }
+            continue
+        runs[script.name] = run_one(script, args.quick, RESULTS, console, min(TIMEOUT_S[args.quick], left))
+    total = time.monotonic() - t0
+    summary = envelope("run_all", ["benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])], runs)
+    summary["wall_s"] = round(total, 1)
+    path = write_json(args.json, "summary", summary)
+    m = summary["machine"]
+    table = Table(
+        title=(
+            f"{summary['date']} · {m['cores']} cores, {m['cpu']} · load {m['loadavg_1m_at_start']} at start"
+            f" · {summary['command']} · {total / 60:.1f} min"
+        )
+    )
+    for col in ("benchmark", "rc", "wall s", "headline"):
+        table.add_column(col, overflow="fold")
+    for name, run in runs.items():
+        table.add_row(name, "-" if run["rc"] is None else str(run["rc"]), f"{run['wall_s']:.0f}", run["headline"])
+    console.print(table)
+    console.print(f"wrote {path}")
+    return 0 if all(run["rc"] in (0, None) for run in runs.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
