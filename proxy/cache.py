@@ -20,7 +20,7 @@ import structlog
 from proxy.decision.decide import candidates_to_verify, decide
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.model import Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
+from proxy.model import SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
@@ -353,8 +353,12 @@ class SemanticCache:
     async def reward(self, cache_id: str) -> None:
         await self.store.add_feedback(cache_id, POSITIVE_FEEDBACK)
 
-    async def invalidate_session(self, tenant: str, session: str) -> int:
-        return len(await self.retire(Selector(tenant=tenant, session=session)))
+    async def invalidate_session(self, tenant: str, session: str, *, shared_too: bool = True) -> int:
+        """Retire the records a session wrote. ``shared_too=False`` (a user's own reset) keeps those
+        written to the tenant or wider: they were stored there because their answer does not depend
+        on this conversation, and one user starting over must not take them from everyone."""
+        private = None if shared_too else SCOPES[: SCOPES.index("tenant")]
+        return len(await self.retire(Selector(tenant=tenant, session=session, scopes=private)))
 
 
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)

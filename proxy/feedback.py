@@ -103,7 +103,7 @@ class FeedbackReader:
         """The signal this request carries about the last answer (a reset, a regenerate or a
         correction, named by the reason the request gets), applied; None when it carries none."""
         if is_reset_phrase(conv.current):
-            await self.cache.invalidate_session(who.tenant, who.session)
+            await self.cache.invalidate_session(who.tenant, who.session, shared_too=False)
             self.judge.corrected(who)
             return Reason.SESSION_RESET
         last = await self.cache.store.session_last(who.tenant, who.session)

@@ -46,6 +46,7 @@ class Selector:
     request_hash: str | None = None
     cache_ids: tuple[str, ...] | None = None
     labels: tuple[int, ...] | None = None
+    scopes: tuple[str, ...] | None = None  # the pools the record was written to
     states: tuple[RecordState, ...] | None = LIVE_STATES  # None: any state
     expired_before: float | None = None  # expires_at <= this
     created_before: float | None = None  # created_at <= this
@@ -72,6 +73,7 @@ class Selector:
             (self.other_policy_version is not None and r.policy_version == self.other_policy_version)
             or (self.cache_ids is not None and r.cache_id not in self.cache_ids)
             or (self.labels is not None and r.label not in self.labels)
+            or (self.scopes is not None and r.scope not in self.scopes)
             or (self.states is not None and r.state not in self.states)
             or (self.expired_before is not None and r.expires_at > self.expired_before)
             or (self.created_before is not None and r.created_at > self.created_before)

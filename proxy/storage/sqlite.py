@@ -103,7 +103,12 @@ def _where(sel: Selector) -> tuple[str, str, list[Any]]:
         if value is not None:
             clauses.append(f"{name} = ?")
             params.append(value)
-    for column, values in (("cache_id", sel.cache_ids), ("label", sel.labels), ("state", sel.states)):
+    for column, values in (
+        ("cache_id", sel.cache_ids),
+        ("label", sel.labels),
+        ("state", sel.states),
+        ("scope", sel.scopes),
+    ):
         if values is not None:
             clauses.append(f"{column} IN ({_marks(len(values))})" if values else "0")
             params += [str(v) if column == "state" else v for v in values]

@@ -32,3 +32,16 @@ async def test_an_answer_about_someone_named_stays_in_its_session(proxy: Proxy, 
     assert await _scopes(proxy) == ["session"]
     status, _, _ = await chat(proxy.client(**{"x-smartcache-session": "p-2"}), ask(text))
     assert status == "miss"
+
+
+async def test_a_users_reset_keeps_the_answers_it_shared_with_the_tenant(proxy: Proxy, upstream: Upstream) -> None:
+    private = "Tell me a joke about my friend Alice"  # names someone: kept to the session
+    client = proxy.client(**{"x-smartcache-session": "r-1"})
+    _, shared_answer, _ = await chat(client, ask(JOKE))
+    await chat(client, ask(private))
+    assert sorted(await _scopes(proxy)) == ["session", "tenant"]
+    status, _, _ = await chat(client, ask("Let's start over"))
+    assert status == "bypass"
+    assert await _scopes(proxy) == ["tenant"]  # the session's own answer went, the shared one stays
+    status, served, _ = await chat(proxy.client(**{"x-smartcache-session": "r-2"}), ask(JOKE))
+    assert (status, served) == ("hit", shared_answer)

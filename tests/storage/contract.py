@@ -71,7 +71,7 @@ class RecordStoreContract:
 
     async def test_find_matches_every_set_field_newest_first(self, store: RecordStore) -> None:
         a = await put(store, 1)
-        b = await put(store, 2, tenant="t2", session="s2", intent="travel", user="u2", namespace="ns")
+        b = await put(store, 2, tenant="t2", session="s2", intent="travel", user="u2", namespace="ns", scope="tenant")
         c = await put(store, 3, model="m2", system_prompt_version="sp2", policy_version="p2", context_fingerprint="x")
         d = await put(store, 4, state="invalid")
         assert [r.cache_id for r in await store.find(Selector())] == [c.cache_id, b.cache_id, a.cache_id]
@@ -95,6 +95,10 @@ class RecordStoreContract:
             (Selector(labels=(b.label or 0,)), [b]),
             (Selector(states=(RecordState.INVALID,)), [d]),
             (Selector(tenant="t1", intent="travel"), []),
+            (Selector(scopes=("tenant",)), [b]),
+            (Selector(scopes=("session", "user")), [c, a]),
+            (Selector(tenant="t2", session="s2", scopes=("session",)), []),
+            (Selector(scopes=()), []),
         ]
         for selector, want in cases:
             assert await store.find(selector) == want, selector
