@@ -80,11 +80,25 @@ def _discordant_fraction(order_a: Sequence[int], order_b: Sequence[int]) -> floa
     return discordant / pairs if pairs else 0.0
 
 
+def transposed(ta: Sequence[str], tb: Sequence[str]) -> bool:
+    """The same words with exactly two of them exchanged ("北京到成都" / "成都到北京", "east of A and
+    west of B" / "west of A and east of B"): the pattern that turns a question into another one
+    with the same words. In long sentences one exchange moves too few word pairs for the
+    discordance test to see it."""
+    if len(ta) != len(tb):
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y]
+    return len(diff) == 2 and ta[diff[0]] == tb[diff[1]] and ta[diff[1]] == tb[diff[0]]
+
+
 def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segmenter: Segmenter | None = None) -> bool:
-    """True when the two texts share most content words but not in the same order."""
+    """True when the two texts share most content words but not in the same order, or are the
+    same words with two of them exchanged."""
     ta, tb = tokens(a, segmenter), tokens(b, segmenter)
     if ta == tb or not ta or not tb:
         return False
+    if transposed(ta, tb):
+        return True
     shared = [w for w in dict.fromkeys(ta) if w in tb]
     if len(shared) < 3 or len(shared) / max(len(set(ta)), len(set(tb))) < overlap:
         return False

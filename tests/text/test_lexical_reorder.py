@@ -1,0 +1,57 @@
+"""The reordered-words guard (proxy.text.lexical.reordered): the same words in another order are
+often another question, which an embedding cannot tell from a paraphrase."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.text.lexical import reordered, tokens, transposed
+from proxy.text.normalize import normalize_text
+
+
+def _reordered(a: str, b: str) -> bool:
+    return reordered(normalize_text(a), normalize_text(b))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("北京到成都的火车票", "成都到北京的火车票"),
+        ("东部北方邦和西部哈雅纳省", "西部北方邦和东部哈雅纳省"),
+        # a long sentence where one exchange moves 3 % of the word pairs: under the discordance test's bar
+        (
+            "这种植物多生长在北部的高山草甸和南部的河谷平原，是当地居民常用的一种药材，也常见于各地的集市。",
+            "这种植物多生长在南部的高山草甸和北部的河谷平原，是当地居民常用的一种药材，也常见于各地的集市。",
+        ),
+        (
+            "Is a flight from Paris to Rome cheaper than the train?",
+            "Is a flight from Rome to Paris cheaper than the train?",
+        ),
+        ("dogs chase cats in the garden every morning", "cats chase dogs in the garden every morning"),
+    ],
+)
+def test_exchanged_words_are_reordered(a: str, b: str) -> None:
+    assert _reordered(a, b)
+    assert _reordered(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("北京到成都的火车票", "北京到成都的火车票多少钱"),
+        ("How do I reset my password?", "how do i reset my password"),
+        ("推荐一款轻薄本", "推荐一款轻薄笔记本"),
+        ("What is the capital of France?", "Which city is the capital of France?"),
+    ],
+)
+def test_same_order_or_other_words_are_not(a: str, b: str) -> None:
+    assert not _reordered(a, b)
+
+
+def test_transposed_needs_exactly_one_exchange() -> None:
+    assert transposed(["a", "b", "c", "d"], ["c", "b", "a", "d"])
+    assert not transposed(["a", "b", "c", "d"], ["a", "b", "c", "d"])
+    assert not transposed(["a", "b", "c", "d"], ["b", "c", "a", "d"])  # a rotation, not an exchange
+    assert not transposed(["a", "b", "c"], ["a", "b", "c", "d"])
+    assert not transposed(["a", "b", "c", "d"], ["a", "x", "c", "y"])
+    assert tokens(normalize_text("北京到成都的火车票"))[0] == "北京"
