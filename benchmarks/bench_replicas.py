@@ -1,6 +1,8 @@
 """The SQLite and Redis record stores side by side: what the store adds to a hit and to a miss,
-hit throughput with 1 and 2 replicas, and how fast a change made through one replica reaches
-the other's index.
+hit throughput with 1 and 2 replicas, how fast a change made through one replica reaches
+the other's index, and what a restarted Redis replica's start costs: reading every record,
+levelling its snapshot with the records, or resuming from its checkpoint (the snapshot and the
+stream position saved beside it, applying only the events it missed).
 
 The store's share of each request is measured, not the embedding (the same for both stores and
 measured in bench_embedding.py): a hit reads the session's last answer, reads the top-k
@@ -9,7 +11,7 @@ session's last answer. Replicas are processes, each with its own connection; SQL
 replica by design (one proxy per data dir), so its 2-replica row is not measured. A redis-server
 is started on a free loopback port (Debian's binary, persistence off).
 
-    .venv/bin/python benchmarks/bench_replicas.py [--records 5000] [--seconds 3] [--concurrency 16]
+    .venv/bin/python benchmarks/bench_replicas.py [--records 5000] [--seconds 3] [--concurrency 16] [--missed 100]
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from proxy.cache import SemanticCache
 from proxy.model import Record, RecordState, SessionLast
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Selector
-from proxy.storage.feed import ChangeFeed
+from proxy.storage.feed import ChangeFeed, FeedCheckpoint
+from proxy.storage.hnsw import HnswIndex
 from proxy.storage.redis import RedisStore
 from proxy.storage.sqlite import SqliteStore
 
@@ -153,6 +157,49 @@ async def propagation(url: str, rounds: int) -> tuple[float, float, float, float
     return statistics.median(ins), ins[int(rounds * 0.99) - 1], statistics.median(inv), inv[int(rounds * 0.99) - 1]
 
 
+async def started(store: RedisStore, index: HnswIndex) -> tuple[SemanticCache, ChangeFeed]:
+    cache = SemanticCache(store, index, ready_after=0, top_k=TOP_K)
+    return cache, ChangeFeed(store, cache)
+
+
+async def restart(url: str, missed: int) -> tuple[int, float, float, float]:
+    """Live records, and the seconds a replica takes to start when ``missed`` records were written
+    while it was away: from the records, from its snapshot levelled with the records, from its
+    checkpoint (the start-up paths of proxy.parts)."""
+    store = await RedisStore.open(url)
+    cache, feed = await started(store, HnswIndex(DIM))
+    await feed.start()
+    await cache.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "index.hnsw"
+        cache.index.save(path, stamp="bench")  # a clean stop
+        FeedCheckpoint(feed.store_id, "p", feed.position, dict(cache.keys)).save(Path(f"{path}.feed"))
+        rng = np.random.default_rng(3)
+        for n in range(missed):
+            await store.insert(record(40_000_000 + n, rng))
+        t0 = time.perf_counter()
+        fresh, feed = await started(store, HnswIndex(DIM))
+        await feed.start()
+        live = await fresh.load()
+        t1 = time.perf_counter()
+        levelled, feed = await started(store, HnswIndex(DIM))
+        await feed.start()
+        await levelled.load(snapshot=HnswIndex.from_snapshot(path, dim=DIM, stamp="bench"))
+        t2 = time.perf_counter()
+        saved = FeedCheckpoint.read(Path(f"{path}.feed"))
+        snapshot = HnswIndex.from_snapshot(path, dim=DIM, stamp="bench")
+        assert saved is not None and snapshot is not None and set(saved.keys) == snapshot.labels()
+        resumed, feed = await started(store, snapshot)
+        for label, key in saved.keys.items():
+            resumed.pools.add(label, key)
+        feed.resume(saved.store_id, saved.position)
+        await feed.catch_up()
+        t3 = time.perf_counter()
+    assert set(resumed.keys) == set(levelled.keys) == set(fresh.keys)
+    await store.close()
+    return live, t1 - t0, t2 - t1, t3 - t2
+
+
 async def fill(kind: str, where: str, records: int) -> list[int]:
     store = await open_store(kind, where)
     rng = np.random.default_rng(1)
@@ -179,6 +226,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--missed", type=int, default=100, help="records written while a replica restarts")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(free_port(), Path(tmp))
@@ -201,6 +249,10 @@ def main() -> None:
             p = asyncio.run(propagation(server.url, min(args.rounds, 200)))
             print(f"redis: replica A's write to replica B's index: insert {p[0]:.2f}/{p[1]:.2f} ms, "
                   f"invalidation {p[2]:.2f}/{p[3]:.2f} ms (p50/p99)")  # fmt: skip
+            live, full, level, resume = asyncio.run(restart(server.url, args.missed))
+            print(f"redis: a replica's start with {live} live records, {args.missed} written while it was away: "
+                  f"from the records {full:.2f} s, snapshot levelled {level:.2f} s, "
+                  f"checkpoint resumed {resume:.2f} s")  # fmt: skip
         finally:
             server.stop()
 

@@ -197,8 +197,12 @@ async def keeping_versions(store: RecordStore, cache: SemanticCache, box: Policy
     async def beat() -> None:
         while True:
             await asyncio.sleep(BEAT_S)
-            with contextlib.suppress(StoreUnavailable):  # the feed says so; the next beat tries again
+            try:
                 await retire_unserved_versions(versions, cache, box.policy.version)
+            except StoreUnavailable:
+                pass  # the feed says so; the next beat tries again
+            except Exception:  # the stamp must outlive any one failure, or the version dies with it
+                log.exception("cache.policy_versions_failed")
             task = asyncio.current_task()
             if task is not None and task.cancelling():  # redis-py 8 can absorb a cancellation
                 raise asyncio.CancelledError

@@ -345,6 +345,22 @@ async def test_a_replica_stopped_and_started_again_resumes_from_its_saved_stream
     assert "smartcache_feed_lag_events 0.0" in metrics and "smartcache_store_vector_search 0.0" in metrics
     assert [e for e in b.log() if e["event"] == "store.vector_search"][-1]["available"] is False
 
+    # killed this time: the next start goes on from the older checkpoint, so it must apply
+    # everything since, B's own writes included
+    await b.say("k5", QUESTIONS[5])
+    await within(lambda: same_index(a, b))
+    code, body = await a.admin("POST", "/admin/sessions/k1/reset", {"tenant": tenant})
+    assert code == 200 and body["invalidated"] == 1
+    await b.end(signal.SIGKILL)
+    await b.start(cluster.upstream.url)
+    resumed = [e for e in b.log() if e["event"] == "feed.resumed"][-1]
+    # since the first checkpoint (k0-k2): k3 and k4 through A, k0's fresh answer (its miss above)
+    # and k5 through B in; k0's and k1's first answers out
+    assert (resumed["added"], resumed["forgotten"], resumed["records"]) == (4, 2, 5)
+    assert await b.indexed() == await a.indexed() == 5
+    assert (await b.say("k5", QUESTIONS[5].lower().rstrip("?")))[0] == "hit"
+    assert (await b.say("k1", QUESTIONS[1].lower().rstrip("?")))[0] != "hit"
+
 
 async def test_replicas_on_two_policy_versions_neither_serve_nor_wipe_each_others_records(
     cluster: Cluster, tmp_path: Path
