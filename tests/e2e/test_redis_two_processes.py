@@ -378,6 +378,8 @@ async def test_replicas_on_two_policy_versions_neither_serve_nor_wipe_each_other
     b.env = {**b.env, "SMARTCACHE_POLICY": str(newer)}
     await b.start(cluster.upstream.url)
     assert (await b.health())["policy_version"] == old.removeprefix("version: ") + "-next"
+    # its saved checkpoint names the old version: B reads the records of its own version instead
+    assert [e["reason"] for e in b.log() if e["event"] == "feed.checkpoint_not_used"] == ["another policy version"]
     assert await b.indexed() == 0 and await a.indexed() == 1  # B indexes none of A's; A's are not wiped
     assert len(await ready_ids(a)) == 1
     await a.say("v1", QUESTIONS[1])

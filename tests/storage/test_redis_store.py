@@ -9,8 +9,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.model import RecordState
+from proxy.observability.metrics import Metrics
+from proxy.parts import report_vector_search
+from proxy.settings import Settings
 from proxy.storage.base import IndexKey, IndexRow, Selector, StoreUnavailable
 from proxy.storage.feed import ChangeFeed, lag
 from proxy.storage.redis import RedisStore
@@ -223,3 +227,19 @@ def test_vector_search_from_the_probe(
     commands: list[int], modules: list[dict[bytes, Any]], available: bool, detail: str
 ) -> None:
     assert VectorSearch.from_probe(commands, modules) == VectorSearch(available, detail)
+
+
+@pytest.mark.parametrize("setting", ["auto", "off"])
+async def test_the_vector_search_probe_is_reported_at_start_unless_off(redis_url: str, setting: str) -> None:
+    store = await RedisStore.open(redis_url)
+    metrics = Metrics()
+    with capture_logs() as logs:
+        await report_vector_search(store, Settings(redis_vector_search=setting), metrics)
+    (line,) = [e for e in logs if e["event"] == "store.vector_search"]
+    assert line["search"] == "in-process"
+    if setting == "off":
+        assert line["probed"] is False and "available" not in line
+    else:
+        assert line["available"] is False and "FT.CREATE" in line["detail"]
+        assert "smartcache_store_vector_search 0.0" in metrics.render()[0].decode()
+    await store.close()
