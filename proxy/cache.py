@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,10 +26,10 @@ from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
-from proxy.storage.mirror import Pools
+from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
-SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
+LOAD_BATCH = 8192  # records read from the store per hop to the index's thread at a rebuild
 NEGATIVE_FEEDBACK = -0.6
 POSITIVE_FEEDBACK = 0.1
 
@@ -102,48 +103,61 @@ class SemanticCache:
         if self._rebuild is not None:
             return len(self.index)
         log = self._rebuild = _Rebuild()
+        collecting = gc.isenabled()
         try:
             pools = Pools()
-            labels: list[int] = []
-            vectors = bytearray()  # one buffer, not a bytes object per record: less to free and fragment
-            async for row in self.store.iter_index_rows(vectors=snapshot is None):
-                labels.append(row.label)
-                if row.vector is not None:
-                    vectors += row.vector
-                pools.add(row.label, row.key)
-            if snapshot is None:
-                matrix = np.frombuffer(vectors, dtype=np.float32).reshape(len(labels), self.index.dim)
-                await asyncio.to_thread(self.index.rebuild, zip(labels, matrix, strict=True))
-            else:
-                await self._level(snapshot, labels)
-                self.index = snapshot
-            self.pools = pools
+            # a million keys are read here, none of them in a cycle: the collector would walk the
+            # growing heap again and again (a third of the time at 1M records)
+            gc.disable()
+            fresh = await self._read(pools, None if snapshot is not None else self.index.fresh())
+            if fresh is None:
+                assert snapshot is not None
+                await self._level(snapshot, pools)
+                fresh = snapshot
+            self.index, self.pools = fresh, pools
             for label, vector, key in log.added:
                 if label not in log.forgotten:
-                    self.index.add([label], vector.reshape(1, -1))
+                    self.index.add([label], vector.reshape(1, -1), [key])
                     pools.add(label, key)
             self._forget_now(list(log.forgotten))
         finally:
             self._rebuild = None
-        return len(labels)
+            if collecting:
+                gc.enable()
+        return len(pools.keys)
 
-    async def _level(self, snapshot: HnswIndex, live: list[int]) -> None:
-        """Labels are never reused and a record's vector never changes, so the difference of the
-        label sets is all that can be stale."""
+    async def _read(self, pools: Pools, into: HnswIndex | None) -> HnswIndex | None:
+        """Every live record's key into ``pools`` and, given an index to fill, its vector into that,
+        a batch at a time: a million vectors never sit in memory twice."""
+        batch: list[IndexRow] = []
+        async for row in self.store.iter_index_rows(vectors=into is not None):
+            pools.add(row.label, row.key)
+            if into is not None:
+                batch.append(row)
+                if len(batch) >= LOAD_BATCH:
+                    await asyncio.to_thread(_add_rows, into, batch)
+                    batch = []
+        if into is not None and batch:
+            await asyncio.to_thread(_add_rows, into, batch)
+        return into
+
+    async def _level(self, snapshot: HnswIndex, pools: Pools) -> None:
+        """Labels are never reused and a record's vector and key never change, so the difference of
+        the label sets is all that can be stale."""
         have = snapshot.labels()
-        wanted = set(live)
+        wanted = set(pools.keys)
         await asyncio.to_thread(snapshot.delete, have - wanted)
         rows = await self.store.vectors_of(sorted(wanted - have))
         if rows:
             matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), snapshot.dim)
-            await asyncio.to_thread(snapshot.add, [lab for lab, _ in rows], matrix)
+            labels = [lab for lab, _ in rows]
+            await asyncio.to_thread(snapshot.add, labels, matrix, [pools.keys[lab] for lab in labels])
 
     @property
     def keys(self) -> dict[int, IndexKey]:
         return self.pools.keys
 
-    def _remember(self, label: int, record: Record, vector: np.ndarray) -> None:
-        key = IndexKey.of(record)
+    def _remember(self, label: int, key: IndexKey, vector: np.ndarray) -> None:
         self.pools.add(label, key)
         if self._rebuild is not None:
             self._rebuild.added.append((label, vector, key))
@@ -165,7 +179,7 @@ class SemanticCache:
             if not new:
                 return 0
             matrix = np.frombuffer(b"".join(r.vector or b"" for r in new), dtype=np.float32).reshape(len(new), -1)
-            await asyncio.to_thread(self.index.add, [r.label for r in new], matrix)
+            await asyncio.to_thread(self.index.add, [r.label for r in new], matrix, [r.key for r in new])
             for row, vector in zip(new, matrix, strict=True):
                 self.pools.add(row.label, row.key)
                 if self._rebuild is not None:
@@ -197,7 +211,8 @@ class SemanticCache:
                 and visible(key, who, policy.widen_to)
             )
 
-        found = await self.nearest(sig.vector, who, policy.widen_to, admit)
+        want = Want(who.tenant, who.user, request.model, namespace, sig.system_prompt_version, policy.widen_to)
+        found = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
         best: dict[int, float] = {}
         for label, score in found:
             best[label] = max(score, best.get(label, -1.0))
@@ -221,15 +236,19 @@ class SemanticCache:
         return Found(ready, max(pending, default=None))
 
     async def nearest(
-        self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool]
+        self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool], want: Want
     ) -> list[tuple[int, float]]:
         """(label, cosine) of admitted records: the session's own exactly, then, when the policy
-        widens the lookup, the nearest admitted ones by a filtered walk of the graph."""
+        widens the lookup, the nearest ``want`` admits in the caller's tenant and the shared
+        partition (``admit`` and ``want`` say the same of every record outside the session)."""
         session = [lab for lab in self.pools.sessions.get((who.tenant, who.session), ()) if admit(lab)]
-        found = await asyncio.to_thread(self.index.search_among, vector, session)
-        if SCOPE_WIDTH[widen_to] == 0:
-            return found
-        return found + await asyncio.to_thread(self.index.search, vector, self.top_k, allowed=admit)
+        index, k = self.index, self.top_k
+
+        def search() -> list[tuple[int, float]]:  # one hop to the executor for both
+            found = index.search_among(vector, session)
+            return found if SCOPE_WIDTH[widen_to] == 0 else found + index.search(vector, k, want=want)
+
+        return await asyncio.to_thread(search)
 
     async def lookup(
         self,
@@ -325,9 +344,10 @@ class SemanticCache:
         label = await self.store.insert(record)
         record = _with_label(record, label)
         vector = np.asarray(sig.vector, dtype=np.float32)
+        key = IndexKey.of(record)
         async with self._index_lock:
-            await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1))
-            self._remember(label, record, vector)
+            await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1), [key])
+            self._remember(label, key, vector)
         await self.store.set_session_last(
             who.tenant, who.session, SessionLast(record.cache_id, False, sig.request_hash)
         )
@@ -380,3 +400,8 @@ def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> 
 
 def _with_label(record: Record, label: int) -> Record:
     return replace(record, label=label)
+
+
+def _add_rows(index: HnswIndex, rows: list[IndexRow]) -> None:
+    matrix = np.frombuffer(b"".join(r.vector or b"" for r in rows), dtype=np.float32).reshape(len(rows), index.dim)
+    index.add([r.label for r in rows], matrix, [r.key for r in rows])

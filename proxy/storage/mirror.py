@@ -1,12 +1,43 @@
 """The label mirror: every live label's ``IndexKey`` held in memory, level with the store, so the
 index filter admits or refuses a label without a store round trip, and each session's labels are
-at hand for its exact search (a session's pool is small)."""
+at hand for its exact search (a session's pool is small).
+
+The vector index reads the same keys as small integer codes (``Codes``), one column per field,
+so the wider lookup's filter is a handful of vectorised comparisons over a tenant's rows
+(``Want.mask``) rather than a Python call per graph node.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
+import numpy.typing as npt
 
 from proxy.storage.base import IndexKey
+
+SCOPE_WIDTH = {"session": 0, "user": 1, "tenant": 2, "global": 3}
+# the partition of records shared across tenants; tenant ids are hashes or "anonymous", never this
+GLOBAL_POOL = "*"
+
+# the columns of a key as the index holds them
+TENANT, USER, MODEL, NAMESPACE, VERSION, SCOPE = range(6)
+COLUMNS = 6
+NO_USER = -1  # a record without a user
+UNKNOWN = -2  # a string no record has: equal to no column value
+
+Columns = npt.NDArray[np.int32]
+# the string fields, in column order (SCOPE, last, is a width, not a code)
+_CODED = tuple(attrgetter(name) for name in ("tenant", "user", "model", "namespace", "system_prompt_version"))
+
+
+def partition_of(key: IndexKey) -> str:
+    """The index partition a record lives in: its tenant's, or the shared one for scope global
+    (those are the only records another tenant may see, so a tenant's lookup reads its own
+    partition and the shared one, never a third)."""
+    return GLOBAL_POOL if key.scope == "global" else key.tenant
 
 
 @dataclass
@@ -21,7 +52,12 @@ class Pools:
         old = self.keys.get(label)
         self.answer_bytes += key.answer_bytes - (old.answer_bytes if old else 0)
         self.keys[label] = key
-        self.sessions.setdefault((key.tenant, key.session), set()).add(label)
+        session = (key.tenant, key.session)
+        pool = self.sessions.get(session)
+        if pool is None:  # not setdefault: that builds a set per call, a million of them at start
+            self.sessions[session] = {label}
+        else:
+            pool.add(label)
 
     def discard(self, label: int) -> None:
         key = self.keys.pop(label, None)
@@ -33,3 +69,80 @@ class Pools:
             pool.discard(label)
             if not pool:  # months of one-off sessions must not leave an empty set each behind
                 del self.sessions[(key.tenant, key.session)]
+
+
+class Codes:
+    """Strings as small integers, each kept once. Sessions are not coded: a caller's own session is
+    searched exactly beside the index (``search_among``), so the wider filter never needs it."""
+
+    def __init__(self, names: list[str] | None = None) -> None:
+        self.names: list[str] = list(names or ())
+        self._code = {name: i for i, name in enumerate(self.names)}
+
+    def code(self, name: str) -> int:
+        found = self._code.get(name)
+        if found is None:
+            found = self._code[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def find(self, name: str | None) -> int:
+        return UNKNOWN if name is None else self._code.get(name, UNKNOWN)
+
+    def columns(self, keys: Sequence[IndexKey]) -> Columns:
+        """The keys as a (COLUMNS, len(keys)) block, one row per field: a field at a time, each
+        distinct string looked up once (a start codes a million keys)."""
+        out = np.empty((COLUMNS, len(keys)), dtype=np.int32)
+        for row, field_of in enumerate(_CODED):
+            values = list(map(field_of, keys))
+            seen = dict.fromkeys(values, 0)
+            for name in seen:
+                seen[name] = NO_USER if name is None else self.code(name)
+            out[row] = np.fromiter(map(seen.__getitem__, values), dtype=np.int32, count=len(values))
+        out[SCOPE] = np.fromiter((SCOPE_WIDTH[k.scope] for k in keys), dtype=np.int32, count=len(keys))
+        return out
+
+    def coded(self, want: Want) -> Coded:
+        return Coded(
+            self.find(want.tenant),
+            self.find(want.user),
+            self.find(want.model),
+            self.find(want.namespace),
+            self.find(want.version),
+            SCOPE_WIDTH[want.widen_to],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """Which records a widened lookup may read: the request's model, namespace and system-prompt
+    version, and the caller's tenant and user searching up to the scope ``widen_to``."""
+
+    tenant: str
+    user: str | None
+    model: str
+    namespace: str
+    version: str
+    widen_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class Coded:
+    """A ``Want`` in one index's codes. Its mask is ``cache.visible`` (plus the model, namespace and
+    version match) for every record outside the caller's own session: that session is searched
+    exactly, every record of it, beside the index."""
+
+    tenant: int
+    user: int
+    model: int
+    namespace: int
+    version: int
+    width: int
+
+    def mask(self, cols: Columns) -> npt.NDArray[np.bool_]:
+        width = np.minimum(cols[SCOPE], self.width)
+        same = (cols[MODEL] == self.model) & (cols[NAMESPACE] == self.namespace) & (cols[VERSION] == self.version)
+        mine = cols[TENANT] == self.tenant
+        mine &= (width >= SCOPE_WIDTH["tenant"]) | ((width >= SCOPE_WIDTH["user"]) & (cols[USER] == self.user))
+        admitted: npt.NDArray[np.bool_] = same & (mine | (width >= SCOPE_WIDTH["global"]))
+        return admitted

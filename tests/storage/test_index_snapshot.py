@@ -13,7 +13,7 @@ import pytest
 
 from proxy.http import keys
 from proxy.model import RecordState
-from proxy.storage.base import Selector
+from proxy.storage.base import IndexKey, Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from tests.conftest import ProxyFactory, Upstream
@@ -25,11 +25,14 @@ def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+KEY = IndexKey.interned(10, "t", "s", None, "tenant", "m", "v", "", "general")
+
+
 def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
-    index = HnswIndex(32)
+    index = HnswIndex(32, exact_limit=100)
     vectors = unit(rng, 300, 32)
-    index.add(list(range(1, 301)), vectors)
+    index.add(list(range(1, 301)), vectors, [KEY] * 300)
     index.delete([5, 6, 7])
     path = tmp_path / "index.hnsw"
     index.save(path, stamp="m dim=32 store=a")
@@ -40,7 +43,7 @@ def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Pat
     for q in unit(rng, 20, 32):
         assert loaded.search(q, 5) == index.search(q, 5)
     assert all(lab not in (5, 6, 7) for lab, _ in loaded.search(vectors[5], 10))
-    loaded.add([301], unit(rng, 1, 32))  # still growable after loading
+    loaded.add([301], unit(rng, 1, 32), [KEY])  # still growable after loading
     assert 301 in loaded.labels()
 
 
@@ -49,7 +52,7 @@ def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Pat
 )
 def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, dim: int, stamp: str) -> None:
     index = HnswIndex(32)
-    index.add([1, 2], unit(np.random.default_rng(1), 2, 32))
+    index.add([1, 2], unit(np.random.default_rng(1), 2, 32), [KEY, KEY])
     index.save(tmp_path / "index.hnsw", stamp="m dim=32 store=a")
     assert HnswIndex.from_snapshot(tmp_path / "index.hnsw", dim=dim, stamp=stamp) is None
     assert HnswIndex.from_snapshot(tmp_path / "missing.hnsw", dim=32, stamp="m dim=32 store=a") is None
@@ -82,10 +85,10 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     await store.set_state(Selector(labels=(1,)), RecordState.INVALID)  # the Elbrus answer
     await store.close()
 
-    def no_rebuild(self: HnswIndex, items: object) -> None:
+    def no_rebuild(self: HnswIndex) -> HnswIndex:
         raise AssertionError("the index was rebuilt instead of loaded")
 
-    monkeypatch.setattr(HnswIndex, "rebuild", no_rebuild)
+    monkeypatch.setattr(HnswIndex, "fresh", no_rebuild)
     third = await make_proxy()
     assert third.app[keys.CACHE].index.labels() == {2}
     client = third.client(**{"x-smartcache-session": "s"})
