@@ -1,7 +1,7 @@
 """Soak: the proxy under load, upstream faults, bad input and kill -9, as one bounded run.
 
     .venv/bin/python benchmarks/soak.py --quick        # <= 5 minutes
-    .venv/bin/python benchmarks/soak.py                # the full run (200 clients x 60 s, 20 kills)
+    .venv/bin/python benchmarks/soak.py                # the full run (200 clients x 60 s, 10k idle, 20 kills)
 
 The proxy runs as its own process (``python -m proxy serve``) in front of benchmarks/soak_upstream.py
 on loopback; this process is the load generator. Phases:
@@ -13,8 +13,11 @@ on loopback; this process is the load generator. Phases:
 2. faults: each upstream fault, streamed and not: the client gets a clean error (or the stream
    ends with an error event), the same request again is not served from the cache, and the proxy
    stays healthy.
-3. fuzz: tests/http/test_bad_input_fuzz.py with ``SMARTCACHE_FUZZ_EXAMPLES`` generated requests.
-4. kill -9: writes under load, the proxy killed at a random moment, restarted; every record that
+3. idle: N idle client connections held open (half never send a byte, half send one request
+   and keep the connection): the proxy's RSS and descriptors while held, a request's latency
+   beside them, and how many the proxy has closed once ``keepalive_timeout`` has passed.
+4. fuzz: tests/http/test_bad_input_fuzz.py with ``SMARTCACHE_FUZZ_EXAMPLES`` generated requests.
+5. kill -9: writes under load, the proxy killed at a random moment, restarted; every record that
    was ready is still ready, and ``PRAGMA integrity_check`` passes.
 
 The last line is machine-readable: ``errors=N ready_records_lost=N cross_tenant_hits=N ...``.
@@ -47,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from soak_upstream import FAULTS, Delays, Tally, soak_upstream
 
 ROOT = Path(__file__).resolve().parent.parent
+PHASES = ("load", "faults", "idle", "fuzz", "kill")
 KEYS = [f"sk-soak-tenant-{i}" for i in range(5)]
 FAQ = [
     f"How do I {verb} my {thing}?"
@@ -61,6 +65,7 @@ class Plan:
     seconds: float
     kill_rounds: int
     fuzz_examples: int
+    idle_connections: int
 
 
 @dataclass
@@ -74,6 +79,12 @@ class Report:
     faults_survived: int = 0
     faults_tried: int = 0
     fault_failures: list[str] = field(default_factory=list)
+    idle_held: int = 0
+    idle_left_open: int = 0  # of the proxy's descriptors, once keepalive_timeout has passed
+    idle_eof: int = 0  # client sockets that saw the proxy hang up
+    idle_rss_mb: tuple[float, float, float] = (0.0, 0.0, 0.0)  # before, held, after the timeout
+    idle_fds: tuple[int, int, int] = (0, 0, 0)
+    idle_probe_ms: tuple[float, float] = (0.0, 0.0)  # a miss's latency without, then beside them
     fuzz_cases: int = 0
     server_errors_on_bad_input: int = 0
     kill_rounds: int = 0
@@ -251,6 +262,57 @@ async def fault_phase(proxy: ProxyProcess, report: Report) -> None:
                     report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {status}, {again[1]}")
 
 
+async def probe(proxy: ProxyProcess) -> float:
+    async with aiohttp.ClientSession() as session:
+        began = time.perf_counter()
+        text = f"What is an idle connection, {time.time_ns()}?"
+        await ask(session, proxy.url, KEYS[0], "idle-probe", text, stream=False)
+        return (time.perf_counter() - began) * 1000
+
+
+async def idle_phase(proxy: ProxyProcess, plan: Plan, report: Report, keepalive: float) -> None:
+    await probe(proxy)  # the first request of a fresh proxy warms its caches: not a fair baseline
+    report.idle_probe_ms = (await probe(proxy), 0.0)
+    before = (proxy.rss_mb(), proxy.fd_count())
+    port = int(proxy.url.rsplit(":", 1)[1])
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    # batches under the listen backlog (128): past it the kernel drops handshakes, and a client
+    # that then sends nothing holds a socket the proxy never accepted
+    for start in range(0, plan.idle_connections, 100):
+        batch = range(start, min(start + 100, plan.idle_connections))
+        held += await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in batch))
+
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: soak\r\n\r\n")
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        length = next(int(line.split(":", 1)[1]) for line in head.splitlines() if line.startswith("content-length:"))
+        await reader.readexactly(length)  # the connection stays open, idle, after its answer
+
+    used = held[: len(held) // 2]
+    for start in range(0, len(used), 500):
+        await asyncio.gather(*(once(r, w) for r, w in used[start : start + 500]))
+    # a connect returns once the kernel has the handshake; the proxy accepts from its backlog as
+    # it gets the CPU, so count what it holds rather than what the client opened
+    held_at = (proxy.rss_mb(), proxy.fd_count())
+    report.idle_held = held_at[1] - before[1]
+    report.idle_probe_ms = (report.idle_probe_ms[0], await probe(proxy))
+    await asyncio.sleep(keepalive + 3)
+
+    async def closed(reader: asyncio.StreamReader) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(), 5) == b""
+        except (TimeoutError, ConnectionError):
+            return False
+
+    after = (proxy.rss_mb(), proxy.fd_count())  # before the client lets go of anything
+    report.idle_left_open = max(0, after[1] - before[1])
+    report.idle_eof = sum(await asyncio.gather(*(closed(r) for r, _ in held)))
+    for _, writer in held:
+        writer.close()
+    report.idle_rss_mb = (before[0], held_at[0], after[0])
+    report.idle_fds = (before[1], held_at[1], after[1])
+
+
 def fuzz_phase(plan: Plan, report: Report, env: dict[str, str]) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/http/test_bad_input_fuzz.py"]
     if plan.fuzz_examples == 0:
@@ -314,7 +376,7 @@ def pct(values: list[float], q: float) -> float:
 def print_report(plan: Plan, report: Report) -> None:
     print(
         f"\nsoak: {plan.clients} clients x {plan.seconds:.0f} s, {plan.kill_rounds} kill -9 rounds, "
-        f"{plan.fuzz_examples} HTTP fuzz cases"
+        f"{plan.fuzz_examples} HTTP fuzz cases, {plan.idle_connections} idle connections"
     )
     print(f"{'status':10} {'requests':>9} {'p50 ms':>9} {'p99 ms':>9}")
     for status, values in sorted(report.latencies.items()):
@@ -327,6 +389,15 @@ def print_report(plan: Plan, report: Report) -> None:
             f"fds start {report.fds[0]} peak {max(report.fds)} end {report.fds[-1]}"
         )
     print(f"faults survived {report.faults_survived}/{report.faults_tried} {report.fault_failures}")
+    rss, fds = report.idle_rss_mb, report.idle_fds
+    print(
+        f"idle connections {report.idle_held} held by the proxy: "
+        f"RSS MB {rss[0]:.0f} -> {rss[1]:.0f} held -> {rss[2]:.0f} after; "
+        f"fds {fds[0]} -> {fds[1]} -> {fds[2]}; a miss {report.idle_probe_ms[0]:.0f} ms alone, "
+        f"{report.idle_probe_ms[1]:.0f} ms beside them; "
+        f"still open on the proxy after keepalive_timeout {report.idle_left_open}, "
+        f"client sockets that saw it hang up {report.idle_eof}"
+    )
     print(f"fuzz cases {report.fuzz_cases}, server errors on bad input {report.server_errors_on_bad_input}")
     print(
         f"kill -9 rounds {report.kill_rounds}, ready records lost {report.ready_records_lost}, "
@@ -341,6 +412,8 @@ def print_report(plan: Plan, report: Report) -> None:
         "integrity_failures": report.integrity_failures,
         "kill_rounds": report.kill_rounds,
         "fuzz_cases": report.fuzz_cases,
+        "idle_connections": report.idle_held,
+        "idle_left_open": report.idle_left_open,
         "requests": total,
         "rss_peak_mb": round(max(report.rss_mb), 1) if report.rss_mb else 0,
     }
@@ -348,6 +421,9 @@ def print_report(plan: Plan, report: Report) -> None:
 
 
 async def run(plan: Plan, args: argparse.Namespace) -> int:
+    phases = set(args.phases.split(","))
+    if phases - set(PHASES):
+        raise SystemExit(f"unknown phase(s) {sorted(phases - set(PHASES))}; known: {', '.join(PHASES)}")
     # the upstream's own access and 'client went away' noise is expected here: faults cut requests
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
     rng = random.Random(args.seed)
@@ -364,6 +440,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
         "SMARTCACHE_UPSTREAM_TIMEOUT": str(args.upstream_timeout),
         "SMARTCACHE_REGENERATE_WINDOW": "0",
         "SMARTCACHE_LOG_LEVEL": "warning",
+        # above the load generator's own pool timeout (aiohttp's 15 s), so the client always lets go
+        # of an idle pooled connection first and never reuses one the proxy is closing
+        "SMARTCACHE_KEEPALIVE_TIMEOUT": str(args.keepalive_timeout),
     }
     if args.model_home:
         env["SMARTCACHE_MODEL_HOME"] = str(args.model_home)
@@ -371,15 +450,22 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
     proxy = ProxyProcess(upstream, work / "load", env)
     try:
         await proxy.start()
-        print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
-        await load_phase(proxy, plan, report, rng)
-        print("faults ...", file=sys.stderr)
-        await fault_phase(proxy, report)
+        if "load" in phases:
+            print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
+            await load_phase(proxy, plan, report, rng)
+        if "faults" in phases:
+            print("faults ...", file=sys.stderr)
+            await fault_phase(proxy, report)
+        if "idle" in phases:
+            print(f"idle: {plan.idle_connections} connections ...", file=sys.stderr)
+            await idle_phase(proxy, plan, report, args.keepalive_timeout)
         proxy.stop()
-        print("fuzz ...", file=sys.stderr)
-        fuzz_phase(plan, report, env)
-        print(f"kill -9 x {plan.kill_rounds} ...", file=sys.stderr)
-        await kill_phase(ProxyProcess(upstream, work / "kill", env), plan, report, rng)
+        if "fuzz" in phases:
+            print("fuzz ...", file=sys.stderr)
+            fuzz_phase(plan, report, env)
+        if "kill" in phases:
+            print(f"kill -9 x {plan.kill_rounds} ...", file=sys.stderr)
+            await kill_phase(ProxyProcess(upstream, work / "kill", env), plan, report, rng)
     finally:
         proxy.stop()
         await runner.cleanup()
@@ -387,27 +473,32 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report.__dict__, indent=2, default=str), encoding="utf-8")
     bad = report.errors or report.ready_records_lost or report.cross_tenant_hits or report.server_errors_on_bad_input
-    return 1 if bad or report.integrity_failures else 0
+    return 1 if bad or report.integrity_failures or report.idle_left_open else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="50 clients x 30 s, 3 kills, 300 fuzz cases (<= 5 min)")
+    quick = "50 clients x 30 s, 2,000 idle connections, 3 kills, 300 fuzz cases (<= 5 min)"
+    ap.add_argument("--quick", action="store_true", help=quick)
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     ap.add_argument("--clients", type=int)
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--kills", type=int)
     ap.add_argument("--fuzz", type=int)
     ap.add_argument("--upstream-timeout", type=float, default=3.0, help="the proxy's upstream timeout (seconds)")
     ap.add_argument("--model-home", type=Path, default=ROOT / ".smartcache", help="where the embedding pack lives")
+    ap.add_argument("--idle", type=int, help="idle connections to hold (default 10,000; --quick 2,000)")
+    ap.add_argument("--keepalive-timeout", type=float, default=20.0, help="the proxy's keepalive_timeout (seconds)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", help="write the report as JSON here")
     args = ap.parse_args(argv)
-    base = Plan(50, 30, 3, 300) if args.quick else Plan(200, 60, 20, 10_000)
+    base = Plan(50, 30, 3, 300, 2_000) if args.quick else Plan(200, 60, 20, 10_000, 10_000)
     plan = Plan(
         args.clients or base.clients,
         args.seconds or base.seconds,
         args.kills if args.kills is not None else base.kill_rounds,
         args.fuzz if args.fuzz is not None else base.fuzz_examples,
+        args.idle if args.idle is not None else base.idle_connections,
     )
     return asyncio.run(run(plan, args))
 
