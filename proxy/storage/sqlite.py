@@ -6,6 +6,7 @@ the vector index, so the index can always be rebuilt from this file.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import sqlite3
@@ -153,12 +154,16 @@ def _index_row(row: Sequence[Any]) -> IndexRow:
 
 
 class SqliteStore:
-    """``RecordStore`` on one SQLite file. One connection: aiosqlite serialises its statements on
-    one thread, so each method is atomic against the others of this process."""
+    """``RecordStore`` on one SQLite file and one connection. aiosqlite runs its statements one at
+    a time on one thread, but the steps of one write (a statement, reading what it returns, the
+    commit) are separate hops that other requests' steps can fall between; and SQLite refuses to
+    commit while another write statement is still open. So each write holds ``_write_lock`` from
+    its first statement to its commit; reads go between them freely (WAL)."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._db = conn
         self.path = path
+        self._write_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path) -> SqliteStore:
@@ -180,8 +185,9 @@ class SqliteStore:
         StoreUnavailable: the request it came from still gets its answer, the answer is simply not
         kept, and nothing half-written stays."""
         try:
-            yield
-            await self._db.commit()
+            async with self._write_lock:
+                yield
+                await self._db.commit()
         except sqlite3.OperationalError as exc:
             if not any(words in str(exc).lower() for words in _NO_ROOM):
                 raise
@@ -199,8 +205,8 @@ class SqliteStore:
         if found is not None:
             return str(found)
         minted = uuid.uuid4().hex
-        await self._db.execute("INSERT INTO meta (key, value) VALUES ('store_id', ?)", (minted,))
-        await self._db.commit()
+        async with self._writing():
+            await self._db.execute("INSERT INTO meta (key, value) VALUES ('store_id', ?)", (minted,))
         return minted
 
     async def tenant_salt(self, proposed: str) -> str:
@@ -214,13 +220,13 @@ class SqliteStore:
             # Written before stamps existed (the default pack then); trust it only at that shape.
             if count and stamp != f"e5-small-multilingual dim={dim}":
                 raise StoreMismatch(self._mismatch(stamp, "an unrecorded model", count))
-            await self._db.execute("INSERT INTO meta (key, value) VALUES ('embedding', ?)", (stamp,))
-            await self._db.commit()
+            async with self._writing():
+                await self._db.execute("INSERT INTO meta (key, value) VALUES ('embedding', ?)", (stamp,))
         elif have != stamp:
             if count:
                 raise StoreMismatch(self._mismatch(stamp, str(have), count))
-            await self._db.execute("UPDATE meta SET value = ? WHERE key = 'embedding'", (stamp,))
-            await self._db.commit()
+            async with self._writing():
+                await self._db.execute("UPDATE meta SET value = ? WHERE key = 'embedding'", (stamp,))
 
     def _mismatch(self, want: str, have: str, count: int) -> str:
         return (
@@ -295,7 +301,8 @@ class SqliteStore:
                 table, where, params = _where(sel)
                 out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
         if out:
-            await self._db.execute("PRAGMA incremental_vacuum(256)")
+            async with self._writing():
+                await (await self._db.execute("PRAGMA incremental_vacuum(256)")).close()
         return out
 
     async def record_hit(self, cache_id: str, now: float) -> None:

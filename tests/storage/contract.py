@@ -203,6 +203,26 @@ class RecordStoreContract:
         assert [row.vector async for row in store.iter_index_rows(vectors=False)] == [None, None]
         assert await store.vectors_of([c.label or 0, a.label or 0]) == [(a.label, a.vector), (c.label, c.vector)]
 
+    async def test_concurrent_writes_of_every_kind_all_land(self, store: RecordStore) -> None:
+        """Requests write at once (answers stored, hits counted, feedback, invalidations), each
+        with statements and a commit of its own; none of them may fail for another's sake."""
+        base = [await put(store, n) for n in range(20)]
+        writes = []
+        for n, r in enumerate(base):
+            writes += [
+                store.insert(make_record(100 + n)),
+                store.record_hit(r.cache_id, NOW),
+                store.add_feedback(r.cache_id, -0.01),
+                store.set_session_last("t1", f"s-{n}", SessionLast(r.cache_id, True, "h", NOW)),
+            ]
+            if n % 5 == 0:
+                writes.append(store.set_state(Selector(cache_ids=(r.cache_id,)), RecordState.INVALID))
+        await asyncio.gather(*writes)
+        live = {r.cache_id: r for r in await store.find(Selector(states=None))}
+        assert len(live) == 40
+        assert all(live[r.cache_id].hit_count == 1 for r in base)
+        assert sum(live[r.cache_id].state == RecordState.INVALID for r in base) == 4
+
     async def test_usage_counts_and_bytes_describe_the_live_records(self, store: RecordStore) -> None:
         a = await put(store, 1, created_at=NOW - 100)
         await store.record_hit(a.cache_id, NOW)
