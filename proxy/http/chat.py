@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import structlog
 from aiohttp import web
 
 from proxy.cache import SemanticCache
@@ -307,6 +308,10 @@ class ChatService:
                 usage=usage,
             )
         except StoreUnavailable:  # the answer is relayed already; it is just not kept
+            out.ending = Ending.STORE_UNAVAILABLE
+            return
+        except Exception:  # a store that breaks in a way of its own costs the answer's keeping, never the answer
+            structlog.get_logger("smartcache").exception("store.write_failed")
             out.ending = Ending.STORE_UNAVAILABLE
             return
         out.stages["store"] = time.perf_counter() - t
