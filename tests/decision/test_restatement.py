@@ -150,12 +150,12 @@ async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(
     assert d.record is record and d.reason == "restatement"
 
 
-async def test_the_shipped_policy_leaves_restatements_alone(parts: Parts) -> None:
+async def test_the_shipped_policy_reads_restatements(parts: Parts) -> None:
     shipped = load_policy(DEFAULT_POLICY)
-    assert not any(p.restatement for p in shipped.intents.values())
+    assert all(p.restatement for name, p in shipped.intents.items() if p.cache)
     parts.signer.classifier = await IntentClassifier.build(shipped, parts.embedder)
     request = await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED)
-    assert not request.restates_previous
+    assert request.restates_previous
 
 
 async def test_a_restatement_with_something_new_is_not_flagged(parts: Parts) -> None:
