@@ -193,21 +193,34 @@ async def test_a_slow_reader_holds_the_upstream_back_instead_of_filling_memory(
     )
     await writer.drain()
     await reader.readuntil(b"\r\n\r\n")
-    await asyncio.sleep(1.0)  # the client reads nothing: every buffer on the way fills, then it all stops
-    stalled = hose.sent
-    await asyncio.sleep(0.5)
-    assert hose.sent == stalled, "the upstream kept sending while the client read nothing"
-    total = BIG_EVENTS * (len(EVENT_TEXT) + 100)
-    assert stalled < total / 2, f"{stalled} of {total} bytes left the upstream for a client that read nothing"
-    received = 0
-    tail = b""
-    while chunk := await asyncio.wait_for(reader.read(1 << 20), 30):
-        received += len(chunk)
-        tail = (tail + chunk)[-64:]
-        if tail.endswith(b"data: [DONE]\n\n") or tail.endswith(b"0\r\n\r\n"):
-            break
-    assert hose.finished and received >= hose.sent
-    writer.close()
+    try:
+        # the client reads nothing: every buffer on the way fills, then the upstream stops; on a
+        # busy machine filling takes a while, so wait for it to stop rather than for a set time
+        stalled = await settled(lambda: hose.sent)
+        total = BIG_EVENTS * (len(EVENT_TEXT) + 100)
+        assert stalled < total / 2, f"{stalled} of {total} bytes left the upstream for a client that read nothing"
+        received = 0
+        tail = b""
+        while chunk := await asyncio.wait_for(reader.read(1 << 20), 30):
+            received += len(chunk)
+            tail = (tail + chunk)[-64:]
+            if tail.endswith(b"data: [DONE]\n\n") or tail.endswith(b"0\r\n\r\n"):
+                break
+        assert hose.finished and received >= hose.sent
+    finally:
+        writer.transport.abort()  # a failed check must not leave the proxy writing to a reader that is gone
+
+
+async def settled(value: Callable[[], int], *, quiet: float = 0.5, timeout: float = 30.0) -> int:
+    """The value once it has stopped changing for ``quiet`` seconds."""
+    deadline = time.monotonic() + timeout
+    last, since = value(), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the value kept changing"
+        await asyncio.sleep(0.1)
+        if (now := value()) != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 # --- header floods --------------------------------------------------------------------------------
