@@ -178,6 +178,17 @@ async def retire_unserved_versions(versions: PolicyVersions, cache: SemanticCach
     return retired
 
 
+async def policy_changed(store: RecordStore, cache: SemanticCache, serving: str) -> int:
+    """After a reload to ``serving``: one process per store retires every other version's records;
+    on a shared store the index is rebuilt with the new version's records (which replicas already
+    on it may have written) and only versions no replica serves any more are retired, so the
+    replicas still on the old version keep their answers through a rolling deploy."""
+    if not isinstance(store, RedisStore):
+        return len(await cache.retire(Selector(other_policy_version=serving)))
+    await cache.load()
+    return await retire_unserved_versions(store.versions(), cache, serving)
+
+
 @contextlib.asynccontextmanager
 async def keeping_versions(store: RecordStore, cache: SemanticCache, box: PolicyBox) -> AsyncIterator[None]:
     """Policy versions at start and while running. One process per store: a version that changed

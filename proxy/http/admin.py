@@ -20,7 +20,7 @@ from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
 from proxy.identity import tenant_of
 from proxy.model import RecordState
-from proxy.parts import load_policy_for
+from proxy.parts import load_policy_for, policy_changed
 from proxy.policy import PolicyError
 from proxy.signing.intent import IntentClassifier
 from proxy.storage.base import Selector
@@ -236,7 +236,7 @@ async def reload_policy(app: web.Application) -> dict[str, Any]:
     invalidated = 0
     if policy.version != old_version:
         cache = app[keys.CACHE]
-        invalidated = len(await cache.retire(Selector(other_policy_version=policy.version)))
+        invalidated = await policy_changed(cache.store, cache, policy.version)
     return {"version": policy.version, "previous": old_version, "invalidated": invalidated}
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.http import keys
 from proxy.model import Record
-from proxy.settings import Settings
+from proxy.settings import DEFAULT_POLICY, Settings
 from tests.conftest import Proxy, ProxyFactory
 from tests.e2e.test_e2e_core import ask, chat
 from tests.e2e.test_lifecycle import TOKEN, admin
@@ -136,3 +136,30 @@ async def test_redis_down_means_bypass_never_an_error_and_nothing_ready_is_lost(
     status, answer, _ = await chat(ca, ask("how do airplanes stay in the air"))
     assert status == "hit" and answer == record.answer_text
     await ca.close()
+
+
+async def test_a_reload_to_a_new_policy_version_on_one_replica_leaves_the_others_answers(
+    make_proxy: ProxyFactory, tmp_path: Path, redis: RedisServer
+) -> None:
+    """A rolling deploy by reload: B switches to the next version while A still serves the old one.
+    B indexes only the new version's records and retires nothing A serves; A keeps its hits."""
+    policy = tmp_path / "policy.yaml"
+    text = DEFAULT_POLICY.read_text(encoding="utf-8")
+    policy.write_text(text, encoding="utf-8")
+    a = await replica(make_proxy, tmp_path, "a", redis)
+    b = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "b", admin_token=TOKEN, policy=policy)
+    ca, cb = a.client(**{"x-smartcache-session": "v1"}), b.client(**{"x-smartcache-session": "v1"})
+    assert (await chat(ca, ask("How do bees make honey?")))[0] == "miss"
+    record = await only_record(a)
+    await until(lambda: record.label in b.app[keys.CACHE].keys)
+    old = next(line for line in text.splitlines() if line.startswith("version: "))
+    policy.write_text(text.replace(old, old + "-next"), encoding="utf-8")
+    code, body = await admin(b, "POST", "/admin/policy/reload")
+    assert code == 200 and body["version"].endswith("-next") and body["invalidated"] == 0
+    assert record.label not in b.app[keys.CACHE].keys  # B serves the new version only
+    kept = await a.app[keys.CACHE].store.get(record.cache_id)
+    assert kept is not None and kept.state == "ready"
+    assert (await chat(ca, ask("how do bees make honey")))[0] == "hit"  # A keeps its answer
+    assert (await chat(cb, ask("how do bees make honey")))[0] != "hit"
+    await ca.close()
+    await cb.close()
