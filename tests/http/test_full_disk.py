@@ -91,6 +91,7 @@ async def stored(proxy: Proxy) -> int:
     return len(await proxy.app[keys.CACHE].store.find(Selector(model="m-disk", states=None), limit=1000))
 
 
+@pytest.mark.slow
 async def test_a_full_disk_fails_writes_closed_and_keeps_serving(
     small_disk: Path, make_proxy: ProxyFactory, upstream: Upstream
 ) -> None:

@@ -138,6 +138,7 @@ def leaks(blob: bytes) -> list[str]:
     return [secret for secret in SECRETS if secret in text or secret.encode().hex() in text]
 
 
+@pytest.mark.slow
 async def test_api_keys_never_appear_in_logs_records_metrics_or_answers(served: Served, upstream: Upstream) -> None:
     s = served
     # answered, stored and served again, as JSON and streamed
@@ -203,6 +204,7 @@ async def test_api_keys_never_appear_in_logs_records_metrics_or_answers(served: 
     assert {where: what for where, what in found.items() if what} == {}
 
 
+@pytest.mark.slow
 def test_the_replay_report_carries_no_credential(
     tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -361,21 +363,21 @@ async def test_a_revoked_keys_tenant_is_purged_with_one_admin_call(tenant_proxy:
     assert (await admin_post(proxy, "/admin/tenants/purge", {"tenant": revoked_tenant}))[1]["purged"] == 0
 
 
-@pytest.mark.parametrize(
-    ("body", "token", "status"),
-    [
-        ({"api_key": "key-x"}, None, 401),
-        ({"api_key": "key-x"}, WRONG_ADMIN, 401),
-        ({}, ADMIN, 400),
-        ({"api_key": "key-x", "tenant": "t-1"}, ADMIN, 400),
-        ({"api_key": ""}, ADMIN, 400),
-        ({"api_key": 5}, ADMIN, 400),
-        ({"tenant": ["t-1"]}, ADMIN, 400),
-        ({"tenant": "t-1", "apply": True}, ADMIN, 400),
-    ],
-)
-async def test_a_purge_names_one_tenant_and_needs_the_admin_token(
-    tenant_proxy: Proxy, body: Any, token: str | None, status: int
-) -> None:
-    got, answer = await admin_post(tenant_proxy, "/admin/tenants/purge", body, token)
-    assert got == status and answer["error"]["message"]
+PURGE_REFUSALS = [
+    ({"api_key": "key-x"}, None, 401),
+    ({"api_key": "key-x"}, WRONG_ADMIN, 401),
+    ({}, ADMIN, 400),
+    ({"api_key": "key-x", "tenant": "t-1"}, ADMIN, 400),
+    ({"api_key": ""}, ADMIN, 400),
+    ({"api_key": 5}, ADMIN, 400),
+    ({"tenant": ["t-1"]}, ADMIN, 400),
+    ({"tenant": "t-1", "apply": True}, ADMIN, 400),
+]
+
+
+async def test_a_purge_names_one_tenant_and_needs_the_admin_token(tenant_proxy: Proxy) -> None:
+    _, kept = await ask(tenant_proxy, "key-x", VICTIM_Q)
+    for body, token, status in PURGE_REFUSALS:
+        got, answer = await admin_post(tenant_proxy, "/admin/tenants/purge", body, token)
+        assert (got, bool(answer["error"]["message"])) == (status, True), body
+    assert await ask(tenant_proxy, "key-x", VICTIM_Q.lower()) == ("hit", kept)  # refused means untouched
