@@ -81,7 +81,8 @@ class Settings:
     max_header_bytes: int = 8190  # one header line (its name or its value)
     max_headers: int = 128
     # an idle client connection (before its first request or between two) is closed after this;
-    # aiohttp's own default is an hour, which lets idle sockets pile up to the descriptor limit
+    # aiohttp's own default is an hour, which lets idle sockets pile up to the descriptor limit.
+    # Above a load balancer's idle timeout (60 s on AWS's ALB), so the balancer lets go first
     keepalive_timeout: float = 75.0
     upstream_timeout: float = 600.0
     upstream_connect_timeout: float = 10.0
