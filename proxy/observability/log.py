@@ -75,7 +75,8 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None) -> N
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    render: list[Any] = [redact_secrets, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    # tracebacks are text like any other field: formatted first, so the redaction reads them too
+    render: list[Any] = [structlog.processors.format_exc_info, redact_secrets, structlog.processors.JSONRenderer()]
     handler = logging.StreamHandler(out)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(

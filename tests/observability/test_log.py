@@ -54,6 +54,20 @@ def test_library_lines_are_json_from_warning_and_redacted(
     assert lines[1]["upstream"] == "http://up:8000/v1?api_key=[redacted]"
 
 
+def test_a_traceback_is_redacted_like_every_other_field(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging("info")
+    try:
+        raise RuntimeError(f"upstream refused http://up:8000/v1/models?api_key={SECRET} with Bearer {SECRET}")
+    except RuntimeError:
+        structlog.get_logger("smartcache").exception("upstream.failed")
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    (line,) = _json_lines(out)
+    assert "RuntimeError" in line["exception"] and "api_key=[redacted]" in line["exception"]
+
+
 def test_debug_level_does_not_open_the_library_loggers(
     restored_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
