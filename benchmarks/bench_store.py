@@ -4,16 +4,16 @@ Synthetic records (random unit vectors of the embedding's dimension, answers of 
 length, coarse tags and key facts of the shape the proxy writes) are inserted one by one
 through ``SqliteStore.insert`` (the proxy's write path: one commit per answer). Then the
 proxy's start-up path runs: ``SemanticCache.load()`` reads every live record and builds the
-HNSW graph and the in-memory filter maps. Reported:
+per-tenant index and the in-memory filter maps. Reported:
 
 - disk: the SQLite file after a WAL checkpoint (what a backup copies), and bytes per record;
 - memory: the process RSS before and after ``load()`` (after returning freed heap to the OS),
-  which counts the graph, the filter maps and SQLite's page cache; and the graph alone as
-  hnswlib serialises it;
+  which counts the index, the filter maps and SQLite's page cache; and the index alone as
+  its snapshot file holds it;
 - the cost of keeping that many records: insert rate, load time, filtered top-k search
   latency, and one lifecycle sweep (expiry, capacity check, gauges) with nothing to evict and
   when one record over capacity (it evicts down to the 95 % low-water mark); and the start of
-the next process from the graph snapshot saved at shutdown, against the rebuild.
+the next process from the index snapshot saved at shutdown, against the rebuild.
 
     .venv/bin/python benchmarks/bench_store.py [--records 100000] [--answer-chars 800] [--lang en|zh]
 
@@ -284,15 +284,15 @@ def report(r: Result, chars: int, lang: str) -> str:
             f"+{(r.rss_after_load - r.rss_before) * scale / mib:,.0f} MiB)",
         ),
         (
-            "  of which HNSW graph (serialised)",
+            "  of which the index (its snapshot file)",
             f"{r.index_file_bytes * scale / mib:,.0f} MiB per 100k = {r.index_file_bytes / r.records:,.0f} B/record",
         ),
-        ("load() rebuilding the graph (compaction; start without a snapshot)", f"{r.load_s:,.1f} s"),
+        ("load() rebuilding the index (start without a snapshot)", f"{r.load_s:,.1f} s"),
         (
             "start from the shutdown snapshot (load + level with SQLite)",
             f"{r.snapshot_load_s:,.1f} s  (saving it: {r.snapshot_save_s:,.1f} s)",
         ),
-        ("top-8 search, no filter", f"{r.search_ms_any:.2f} ms"),
+        ("top-8 search, no filter (every partition: no lookup does this)", f"{r.search_ms_any:.2f} ms"),
         ("top-8 search, one tenant of 50 (one version of 7)", f"{r.search_ms_tenant:.2f} ms"),
         ("lifecycle tick, nothing to evict", f"{r.tick_ms_idle:,.0f} ms"),
         ("lifecycle tick, evicting 5 % (low water)", f"{r.tick_ms_evict:,.0f} ms"),

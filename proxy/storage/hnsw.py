@@ -11,9 +11,12 @@ visits other tenants' nodes and calls the filter per node (21 ms at 100k records
   (0.07 against 0.7 ms per 1000 rows). Each row's norm after rounding is kept, so a vector still
   scores 1.0 against itself and others within ~3e-4 of float32. The filter is a vectorised mask
   over the rows' code columns (``mirror.Coded``), then one matrix-vector product.
-- Past it the partition moves into an hnswlib graph (which keeps float32 vectors of its own; no
-  second copy is held), searched without a filter for a few times k and masked after; when too
-  few pass, more are asked, and at last the admitted rows are ranked exactly.
+- Past it the partition also gets an hnswlib graph of its own, walked without a filter for
+  enough nearest that k admitted ones are among them (judged by the admitted share) and masked
+  after. When the filter admits so few that the walk would have to ask for many, and no more rows
+  than that limit, they are ranked exactly as above instead. The partition
+  keeps its bfloat16 rows beside the graph's float32 copy: reading vectors back out of hnswlib
+  (``get_items``) costs ~40 us each, 40 ms for a thousand, too slow to rank by.
 
 hnswlib is not safe for concurrent add and search and fails when it fills: every call takes the
 lock, and graphs are resized before they fill. Calls block, so the cache runs them in an
@@ -24,6 +27,7 @@ from the snapshot written at the last shutdown and brought level with it (proxy.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import os
 import threading
@@ -56,7 +60,9 @@ Hits = list[tuple[int, float]]
 
 # exact scan of this many rows costs ~0.6 ms on the 2 shared cores (bench_store.py); a graph past it
 EXACT_LIMIT = 8192
-ASK_LIMIT = 1024  # unfiltered graph results masked before the admitted rows are ranked exactly
+# a walk asked for more nearest than this costs more than ranking up to EXACT_LIMIT rows exactly
+# (knn_query on 12k rows of 384: 0.4 ms for 32, 0.6 for 128, 1.8 for 512)
+WALK_ASK = 256
 SNAPSHOT_FORMAT = 2
 _GEN_BYTES = 32  # the snapshot's generation, at the head of its data file
 
@@ -86,6 +92,13 @@ def unit(vectors: Vector) -> Vector:
     v = np.asarray(vectors, dtype=np.float32)
     out: Vector = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
     return out
+
+
+def _rounded(vectors: Vector) -> tuple[Bf16, Vector]:
+    """Unit vectors as bfloat16 rows, and the reciprocal of each row's norm after rounding."""
+    rows = to_bf16(vectors)
+    inv_norm: Vector = (1.0 / np.maximum(np.linalg.norm(from_bf16(rows), axis=1), 1e-12)).astype(np.float32)
+    return rows, inv_norm
 
 
 def _best(scores: Vector, k: int) -> npt.NDArray[np.intp]:
@@ -122,22 +135,30 @@ class _Pool:
         cols = np.empty((COLUMNS, cap), np.int32)
         cols[:, : self.n] = self.cols[:, : self.n]
         self.cols = cols
-        if self.graph is None:
-            rows = np.empty((cap, self.dim), np.uint16)
-            rows[: self.n] = self.rows[: self.n]
-            self.rows = rows
-            self.inv_norm = np.resize(self.inv_norm, cap)
+        rows = np.empty((cap, self.dim), np.uint16)
+        rows[: self.n] = self.rows[: self.n]
+        self.rows = rows
+        self.inv_norm = np.resize(self.inv_norm, cap)
 
     def add(self, labels: npt.NDArray[np.int64], vectors: Vector, cols: Columns, graph: GraphSettings) -> None:
         """New labels (none already here) with unit vectors."""
+        self.add_rows(labels, vectors, *_rounded(vectors), cols, graph)
+
+    def add_rows(
+        self,
+        labels: npt.NDArray[np.int64],
+        vectors: Vector,
+        rows: Bf16,
+        inv_norm: Vector,
+        cols: Columns,
+        graph: GraphSettings,
+    ) -> None:
+        """``add``, given the vectors rounded already (a batch is rounded at once, then split)."""
         self._grow(len(labels))
         n, m = self.n, len(labels)
         self.labels[n : n + m], self.cols[:, n : n + m] = labels, cols
-        if self.graph is None:
-            rows = to_bf16(vectors)
-            self.rows[n : n + m] = rows
-            self.inv_norm[n : n + m] = 1.0 / np.maximum(np.linalg.norm(from_bf16(rows), axis=1), 1e-12)
-        else:
+        self.rows[n : n + m], self.inv_norm[n : n + m] = rows, inv_norm
+        if self.graph is not None:
             graph.fit(self.graph, self.graph.element_count + m)
             self.graph.add_items(vectors, labels.astype(np.uint64))
         self.n += m
@@ -162,15 +183,13 @@ class _Pool:
             settings.fit(graph, graph.element_count + len(new))
             graph.add_items(self.vectors(new), new.astype(np.uint64))
         self.graph, self.tombstones, self.promoting = graph, len(gone), False
-        self.rows, self.inv_norm = np.empty((0, self.dim), np.uint16), np.empty(0, np.float32)
 
     def _reorder(self, order: npt.NDArray[np.intp]) -> None:
         n = len(order)
         self.labels[:n] = self.labels[order]
         self.cols[:, :n] = self.cols[:, order]
-        if self.graph is None:
-            self.rows[:n] = self.rows[order]
-            self.inv_norm[:n] = self.inv_norm[order]
+        self.rows[:n] = self.rows[order]
+        self.inv_norm[:n] = self.inv_norm[order]
 
     def positions(self, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
         return np.searchsorted(self.labels[: self.n], labels)
@@ -189,17 +208,15 @@ class _Pool:
 
     def vectors(self, labels: npt.NDArray[np.int64]) -> Vector:
         """Unit vectors of these labels (all here)."""
-        if self.graph is not None:
-            return unit(np.asarray(self.graph.get_items(labels.astype(np.uint64)), dtype=np.float32))
         pos = self.positions(labels)
         out: Vector = from_bf16(self.rows[pos]) * self.inv_norm[pos, None]
         return out
 
-    def search(self, query: Vector, k: int, coded: Coded | None) -> Hits:
+    def search(self, query: Vector, k: int, coded: Coded | None, exact_limit: int = EXACT_LIMIT) -> Hits:
         if self.n == 0 or k <= 0:
             return []
         if self.graph is not None:
-            return self._walk(query, k, coded)
+            return self._walk(query, k, coded, exact_limit)
         idx = None if coded is None else np.flatnonzero(coded.mask(self.cols[:, : self.n]))
         if idx is not None and len(idx) == self.n:
             idx = None  # every row admitted: no gather
@@ -214,10 +231,15 @@ class _Pool:
         at = np.arange(self.n) if idx is None else idx
         return [(int(self.labels[at[i]]), float(scores[i])) for i in _best(scores, k)]
 
-    def _walk(self, query: Vector, k: int, coded: Coded | None) -> Hits:
+    def _walk(self, query: Vector, k: int, coded: Coded | None, exact_limit: int) -> Hits:
+        """See the module docstring; the mask over every row costs tens of microseconds."""
         assert self.graph is not None
-        k = min(k, self.n)
-        ask = min(self.n, max(4 * k, 32))
+        admitted = None if coded is None else np.flatnonzero(coded.mask(self.cols[:, : self.n]))
+        share = 1.0 if admitted is None else max(len(admitted), 1) / self.n
+        ask = max(32, int(2 * k / share))
+        if admitted is not None and ask > WALK_ASK and len(admitted) <= exact_limit:
+            return self._exact(query, k, admitted)
+        ask = min(self.n, ask)
         while True:
             try:
                 found, distances = self.graph.knn_query(query, k=ask)
@@ -227,16 +249,8 @@ class _Pool:
             ok = np.ones(len(labels), bool) if coded is None else coded.mask(self.cols[:, self.positions(labels)])
             if ok.sum() >= k or ask >= self.n:
                 return [(int(lab), 1.0 - float(d)) for lab, d in zip(labels[ok][:k], distances[0][ok][:k], strict=True)]
-            if ask >= ASK_LIMIT:
-                break
             ask = min(self.n, 4 * ask)
-        # the admitted rows are few among the nearest: rank them exactly
-        idx = np.arange(self.n) if coded is None else np.flatnonzero(coded.mask(self.cols[:, : self.n]))
-        if not len(idx):
-            return []
-        chosen = self.labels[idx]
-        scores = self.vectors(chosen) @ query
-        return [(int(chosen[i]), float(scores[i])) for i in _best(scores, k)]
+        return self._exact(query, k, admitted)
 
 
 class GraphSettings:
@@ -320,21 +334,27 @@ class HnswIndex:
                 return
             chosen = np.asarray(labels, dtype=np.int64)
             names = list(map(partition_of, keys))
-            home.update(zip(chosen.tolist(), names, strict=True))
+            home.update(zip(labels, names, strict=True))  # the caller's ints, shared with the mirror's keys
             cols = self.codes.columns(keys)
-            shared = cols[SCOPE] == SCOPE_WIDTH["global"]
-            order = np.argsort(np.where(shared, -1, cols[TENANT]), kind="stable")
+            part = np.where(cols[SCOPE] == SCOPE_WIDTH["global"], -1, cols[TENANT])
+            order = np.argsort(part, kind="stable")  # one gather, then each partition is a slice
+            chosen, vectors, cols, part = chosen[order], vectors[order], cols[:, order], part[order]
+            rows, inv_norm = _rounded(vectors)
             due = []
-            for group in np.split(order, np.flatnonzero(np.diff(np.where(shared, -1, cols[TENANT])[order])) + 1):
-                name = names[int(group[0])]
+            bounds = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
+            for lo, hi in itertools.pairwise(bounds):
+                name = names[int(order[lo])]
                 pool = self._pools.get(name) or self._pools.setdefault(name, _Pool.empty(self.dim))
-                pool.add(chosen[group], vectors[group], cols[:, group], self.settings)
+                part_at = slice(lo, hi)
+                pool.add_rows(
+                    chosen[part_at], vectors[part_at], rows[part_at], inv_norm[part_at], cols[:, part_at], self.settings
+                )
                 if (todo := pool.due(self.settings.exact_limit)) is not None:
                     due.append((pool, *todo))
-        for pool, built, rows in due:
+        for pool, built, wide in due:
             # seconds for a few thousand rows on a busy machine: lookups go on meanwhile, against
             # the exact rows, and only this add waits
-            graph = self.settings.build(rows, built)
+            graph = self.settings.build(wide, built)
             with self._lock:
                 pool.take_graph(graph, built, self.settings)
 
@@ -361,7 +381,8 @@ class HnswIndex:
             else:
                 pools = [p for name in (want.tenant, GLOBAL_POOL) if (p := self._pools.get(name)) is not None]
                 coded = self.codes.coded(want)
-            found = [hit for pool in pools for hit in pool.search(query, k, coded)]
+            limit = self.settings.exact_limit
+            found = [hit for pool in pools for hit in pool.search(query, k, coded, limit)]
         return heapq.nlargest(k, found, key=lambda hit: hit[1]) if len(pools) > 1 else found
 
     def search_among(self, vector: Vector, labels: Sequence[int]) -> Hits:
@@ -396,10 +417,9 @@ class HnswIndex:
                     n = pool.n
                     out.write(pool.labels[:n].tobytes())
                     out.write(np.ascontiguousarray(pool.cols[:, :n]).tobytes())
+                    out.write(pool.rows[:n].tobytes())
                     graph = None
-                    if pool.graph is None:
-                        out.write(pool.rows[:n].tobytes())
-                    else:
+                    if pool.graph is not None:
                         graph = f"{path.name}.{gen}.{i}.graph"
                         pool.graph.save_index(str(path.parent / graph))
                     table.append({"name": name, "n": n, "graph": graph, "tombstones": pool.tombstones})
@@ -436,7 +456,7 @@ class HnswIndex:
         index.settings.exact_limit = int(info["exact_limit"])
         index.codes = Codes(list(info["codes"]))
         table = info["pools"]
-        size = _GEN_BYTES + sum(p["n"] * (8 + 4 * COLUMNS + (0 if p["graph"] else 2 * dim)) for p in table)
+        size = _GEN_BYTES + sum(p["n"] * (8 + 4 * COLUMNS + 2 * dim) for p in table)
         if path.stat().st_size != size:
             raise ValueError(f"{path}: {path.stat().st_size} bytes where its table of contents says {size}")
         data = np.memmap(path, dtype=np.uint8, mode="r")  # read a partition at a time, not all at once
@@ -449,10 +469,8 @@ class HnswIndex:
             at += 8 * n
             cols = np.array(data[at : at + 4 * COLUMNS * n].view(np.int32).reshape(COLUMNS, n))
             at += 4 * COLUMNS * n
-            rows = None
-            if not p["graph"]:
-                rows = np.array(data[at : at + 2 * dim * n].view(np.uint16).reshape(n, dim))
-                at += 2 * dim * n
+            rows = np.array(data[at : at + 2 * dim * n].view(np.uint16).reshape(n, dim))
+            at += 2 * dim * n
             pool = _Pool(dim, labels, cols, rows)
             if p["graph"]:
                 pool.graph = hnswlib.Index(space="cosine", dim=dim)

@@ -123,6 +123,21 @@ def test_a_graph_with_few_admitted_records_ranks_them_all() -> None:
     assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
 
 
+def test_a_graph_masks_its_nearest_when_many_are_admitted() -> None:
+    rng = np.random.default_rng(10)
+    n = 4500
+    index = HnswIndex(16, exact_limit=500)
+    vectors = unit(rng, n, 16)
+    index.add(list(range(n)), vectors, [key(version="v2" if i % 3 else VERSION) for i in range(n)])
+    admitted = np.arange(0, n, 3)
+    assert len(admitted) > 500  # more than are ranked exactly: the graph is walked
+    for q in unit(rng, 10, 16):
+        found = [lab for lab, _ in index.search(q, 8, want=want())]
+        assert len(found) == 8 and all(lab % 3 == 0 for lab in found)
+        exact = set(admitted[np.argsort(-(vectors[admitted] @ q))[:8]].tolist())
+        assert len(exact & set(found)) >= 7  # a graph walk: approximate
+
+
 def test_labels_adopted_out_of_order_stay_addressable() -> None:
     rng = np.random.default_rng(4)
     index = HnswIndex(8)
