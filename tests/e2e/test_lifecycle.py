@@ -22,6 +22,7 @@ from proxy.identity import tenant_of
 from proxy.lifecycle import Capacity
 from proxy.model import Record
 from proxy.settings import DEFAULT_POLICY
+from proxy.storage.hnsw import HnswIndex
 from tests.conftest import Proxy, ProxyFactory
 
 TOKEN = "admin-s3cret"
@@ -151,15 +152,21 @@ async def test_deletes_leave_the_index_and_compaction_follows_the_deleted_fracti
     async def delete(record: Record) -> None:
         assert await admin(proxy, "DELETE", f"/admin/records/{record.cache_id}") == (200, {"deleted": record.cache_id})
 
-    for r in records[:2]:
-        await delete(r)
-    assert len(cache.index) == 5 and abs(cache.index.deleted_fraction - 2 / 7) < 1e-9
+    # a small tenant's records are rows searched exactly: a delete drops its row at once
+    await delete(records[0])
+    assert len(cache.index) == 6 and cache.index.deleted_fraction == 0.0
+    # one whose tenant has outgrown exact search is walked as a graph, where deletes leave tombstones
+    cache.index = HnswIndex(cache.index.dim, exact_limit=2)
+    assert await cache.load() == 6
+    assert cache.index.partitions() == {records[1].tenant: (6, True)}
+    await delete(records[1])
+    assert len(cache.index) == 5 and abs(cache.index.deleted_fraction - 1 / 6) < 1e-9
     found = {label for label, _ in cache.index.search(records[0].vector_array(), 7)}
     assert found == {r.label for r in records[2:]}  # deleted labels are gone from the graph
     await lifecycle.tick()
-    assert abs(cache.index.deleted_fraction - 2 / 7) < 1e-9  # under the 0.3 threshold: no compaction yet
+    assert abs(cache.index.deleted_fraction - 1 / 6) < 1e-9  # under the 0.3 threshold: no compaction yet
     await delete(records[2])
-    assert cache.index.deleted_fraction > 0.3
+    assert abs(cache.index.deleted_fraction - 2 / 6) < 1e-9
     await lifecycle.tick()
     assert cache.index.deleted_fraction == 0.0 and len(cache.index) == 4
     for q, a in zip(QUESTIONS[3:], answers[3:], strict=True):
@@ -178,14 +185,22 @@ async def test_a_rebuild_loses_no_write_and_revives_no_delete(
     cache = proxy.app[keys.CACHE]
     doomed = await record_with(proxy, answers[0])
     entered, gate = threading.Event(), threading.Event()
-    rebuild = cache.index.rebuild
+    fresh = cache.index.fresh
 
-    def held_rebuild(items: Any) -> None:
-        entered.set()
-        gate.wait(10)
-        rebuild(items)
+    def held_fresh() -> HnswIndex:
+        # the new index's first batch of rows waits: the rebuild is under way off the loop
+        index = fresh()
+        add = index.add
 
-    monkeypatch.setattr(cache.index, "rebuild", held_rebuild)
+        def held_add(*args: Any) -> None:
+            entered.set()
+            gate.wait(10)
+            add(*args)
+
+        monkeypatch.setattr(index, "add", held_add)
+        return index
+
+    monkeypatch.setattr(cache.index, "fresh", held_fresh)
     task = asyncio.create_task(cache.load())
     assert await asyncio.to_thread(entered.wait, 10)
     status, fresh = await ask(chat, QUESTIONS[3])  # written while the new graph is being built

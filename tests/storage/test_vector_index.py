@@ -13,8 +13,9 @@ import pytest
 from proxy.cache import visible
 from proxy.identity import Identity
 from proxy.storage.base import IndexKey
-from proxy.storage.hnsw import GraphSettings, HnswIndex, _Pool, from_bf16, to_bf16
+from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import GLOBAL_POOL, Codes, Want
+from proxy.storage.partition import GraphSettings, Partition, from_bf16, to_bf16
 
 MODEL, VERSION = "m", "v1"
 
@@ -97,7 +98,7 @@ def test_what_lands_while_a_graph_is_built_is_in_it_when_it_takes_over() -> None
     rng = np.random.default_rng(9)
     vectors = unit(rng, 140, 16)
     settings = GraphSettings(16, 16, 100, 96, exact_limit=100)
-    pool, codes = _Pool.empty(16), Codes()
+    pool, codes = Partition.empty(16), Codes()
     pool.add(np.arange(120), vectors[:120], codes.columns([key()] * 120), settings)
     due = pool.due(settings.exact_limit)
     assert due is not None and pool.due(settings.exact_limit) is None  # one build at a time
