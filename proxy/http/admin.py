@@ -188,7 +188,9 @@ async def purge_tenant(request: web.Request) -> web.Response:
     """Every record of one tenant deleted, whatever its state: the rejected and invalid ones kept
     for audit hold that tenant's answers too."""
     tenant = _tenant_named(await _json_body(request), request.app[keys.TENANT_SALT])
-    purged = await request.app[keys.CACHE].retire(Selector(tenant=tenant, states=None), to=None)
+    cache = request.app[keys.CACHE]
+    purged = await cache.retire(Selector(tenant=tenant, states=None), to=None)
+    await cache.store.scrub()
     return web.json_response({"tenant": tenant, "purged": len(purged)})
 
 

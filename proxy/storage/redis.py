@@ -88,6 +88,11 @@ class RedisStore:
     async def close(self) -> None:
         await self._r.aclose()
 
+    async def scrub(self) -> None:
+        """Deleted keys are gone from the server's memory at once; what its persistence (an
+        append-only file, snapshots) still holds is the server operator's to rewrite, since a
+        client-triggered rewrite would load every replica's server."""
+
     def follow_policy(self, version: Callable[[], str]) -> None:
         """Hand the index only records written under the policy version ``version()`` names (the
         one this replica serves now): the start-up load and the change feed read through here,

@@ -172,12 +172,21 @@ class SqliteStore:
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        # a deleted answer is overwritten, not left in a free page (a purged tenant's especially)
+        await conn.execute("PRAGMA secure_delete=ON")
         await conn.executescript(_SCHEMA)
         await conn.commit()
         return cls(conn, path)
 
     async def close(self) -> None:
         await self._db.close()
+
+    async def scrub(self) -> None:
+        """Deleted rows are zeroed in the database file (secure_delete, set at open), but their old
+        pages stay in the write-ahead log until a checkpoint: move the log into the database and
+        truncate it."""
+        async with self._write_lock, self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+            await cur.fetchall()
 
     @contextlib.asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:

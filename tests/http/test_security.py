@@ -358,6 +358,10 @@ async def test_a_revoked_keys_tenant_is_purged_with_one_admin_call(tenant_proxy:
     assert (await ask(proxy, "key-revoked", VICTIM_Q.lower()))[0] == "miss"
     assert await ask(proxy, "key-kept", VICTIM_Q.lower()) == ("hit", kept)
     assert revoked != kept
+    # nothing of the purged answers stays readable in the store's files, the log included, while the
+    # proxy still runs (the other tenant's answer is still there: the files are the store's)
+    files = b"".join(p.read_bytes() for p in proxy.settings.db_path.parent.glob(proxy.settings.db_path.name + "*"))
+    assert revoked.encode() not in files and kept.encode() in files
     # by tenant id as well, and purging twice finds nothing the second time
     assert (await admin_post(proxy, "/admin/tenants/purge", {"tenant": revoked_tenant}))[1]["purged"] == 1
     assert (await admin_post(proxy, "/admin/tenants/purge", {"tenant": revoked_tenant}))[1]["purged"] == 0
