@@ -437,14 +437,23 @@ def main(argv: list[str] | None = None) -> int:
     # registered before any GPTCache instance: its own atexit flush writes into tmp, and atexit
     # runs last-registered first
     atexit.register(shutil.rmtree, tmp, True)
-    if args.only in (None, "speed"):
-        res["speed"] = asyncio.run(speed(args, PackEmbedding(args.pack, args.model_home), tmp))
-    if args.only in (None, "quality"):
-        res["quality"] = asyncio.run(quality(args, tmp))
+    failed = []
+    for part in ("speed", "quality"):
+        if args.only not in (None, part):
+            continue
+        try:
+            if part == "speed":
+                res[part] = asyncio.run(speed(args, PackEmbedding(args.pack, args.model_home), tmp))
+            else:
+                res[part] = asyncio.run(quality(args, tmp))
+        except Exception as exc:  # the other part's figures are still worth writing
+            print(f"{part} failed: {exc!r}", file=sys.stderr)
+            failed.append(part)
+            res[f"{part}_error"] = repr(exc)
     print_tables(res, Console(width=150))
     path = write_json(args.json, "bench_gptcache", envelope("bench_gptcache", sys.argv, res))
     print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
 
 
 def _gptcache_version() -> str:

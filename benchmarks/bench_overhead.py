@@ -19,6 +19,10 @@ from /proc). A mode's latencies count only the requests whose ``x-cache-status``
 mode expects; the status column shows what all of them got. Then exact-repeat hits at 1, 8 and
 64 concurrent clients for a few seconds each, also in alternating rounds.
 
+bench_proxy.py compares embedding packs with the proxy inside the client's own process; this one
+keeps the proxy in a process of its own, so its CPU time is its own and the client's event loop
+does not share its latency.
+
     .venv/bin/python benchmarks/bench_overhead.py [--quick] [--rounds 7] [-n 40] [--json PATH]
 """
 

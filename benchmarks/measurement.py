@@ -73,7 +73,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "cpu": model or platform.processor(),
         "python": platform.python_version(),
-        "loadavg_1m_at_start": round(load[0], 2),
+        "loadavg_1m": round(load[0], 2),  # when the result is written
     }
 
 

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     m = summary["machine"]
     table = Table(
         title=(
-            f"{summary['date']} · {m['cores']} cores, {m['cpu']} · load {m['loadavg_1m_at_start']} at start"
+            f"{summary['date']} · {m['cores']} cores, {m['cpu']} · load {m['loadavg_1m']} at the end"
             f" · {summary['command']} · {total / 60:.1f} min"
         )
     )
