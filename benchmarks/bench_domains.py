@@ -41,6 +41,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -262,12 +263,14 @@ async def run_system(system: str, sessions: Sequence[Session], args: argparse.Na
                 "SMARTCACHE_UPSTREAM_FLAVOUR": "llamacpp",
                 "SMARTCACHE_UPSTREAM_TIMEOUT": "600",
             }
-            proxy = ProxyProcess(engine.base_url, Path(tempfile.mkdtemp(prefix="smartcache-domains-")) / "d", env)
+            work = Path(tempfile.mkdtemp(prefix="smartcache-domains-"))
+            proxy = ProxyProcess(engine.base_url, work / "d", env)
             try:
                 await proxy.start()
                 return await replay(Asker(system, http, proxy.url + "/v1/chat/completions", args.max_tokens), sessions)
             finally:
                 proxy.stop()
+                shutil.rmtree(work, ignore_errors=True)
 
 
 def collate(per_round: Sequence[dict[str, dict[str, Tally]]]) -> dict[str, Any]:

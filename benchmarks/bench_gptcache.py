@@ -332,15 +332,15 @@ async def ours_replay(
         "SMARTCACHE_MODEL_HOME": str(args.model_home),
         "SMARTCACHE_EMBEDDING_MODEL": args.pack,
     }
-    proxy = ProxyProcess(
-        f"http://127.0.0.1:{port}/v1", Path(tempfile.mkdtemp(prefix="smartcache-vs-gptcache-")) / "d", env
-    )
+    work = Path(tempfile.mkdtemp(prefix="smartcache-vs-gptcache-"))
+    proxy = ProxyProcess(f"http://127.0.0.1:{port}/v1", work / "d", env)
     try:
         await proxy.start()
         res, _samples = await rr.replay(proxy.url, convs, 0, "oracle")
     finally:
         proxy.stop()
         await runner.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
     out = totals(res)
     out["half_hits"] = sum(r["half-hit"] for r in res.values())
     return out
