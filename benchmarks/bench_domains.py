@@ -1,4 +1,4 @@
-"""The seed's table, measured here: no cache vs an exact-prefix cache vs SmartCache, end to end
+"""Four domains end to end: no cache vs an exact-prefix cache vs SmartCache, end to end
 against the local engine (llama.cpp's server with SmolLM2-135M, proxy/upstream/engine.py), on
 multi-turn sessions of four domains built from ../shared/data:
 
@@ -9,7 +9,7 @@ multi-turn sessions of four domains built from ../shared/data:
 - document rewriting: MT-Bench-101 content and format rephrasing sessions (CR, FR).
 
 Every session is asked turn by turn, each answer (served or fresh) joining the history, as
-run_replay.py does. Two repetitions of the kind the seed counts (a user re-asking in other words,
+run_replay.py does. Two kinds of repetition a multi-turn cache exists for (a user re-asking in other words,
 another user opening with the same question) are built in: after its second turn a session
 re-sends that turn edited (its paraphrase for BQ, a surface variant elsewhere: case, spacing,
 punctuation) on the same history, and a second session of the same tenant opens with the first
