@@ -286,7 +286,8 @@ async def test_a_replica_killed_mid_traffic_catches_up_from_the_stream(cluster: 
     assert len(answered) >= 5
     await within(lambda: same_index(a, b))
     assert await b.indexed() == len(answered)
-    for session, question in answered[:: max(1, len(answered) // 6)] + answered[-1:]:
+    # each once: the same words again in a session are a regenerate, which is never served
+    for session, question in dict.fromkeys(answered[:: max(1, len(answered) // 6)] + answered[-1:]):
         assert (await b.say(session, question.lower().rstrip("?")))[0] == "hit", (session, question)
     assert (await b.say("gone", "how do bees make honey"))[0] != "hit"
 
