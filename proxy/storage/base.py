@@ -105,9 +105,24 @@ class Count(NamedTuple):
     n: int
 
 
+INTERNED_ORDER = (
+    "answer_bytes",
+    "tenant",
+    "session",
+    "user",
+    "scope",
+    "model",
+    "system_prompt_version",
+    "namespace",
+    "intent",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class IndexKey:
-    """What the index filter needs to know about a label without asking the store."""
+    """What the index filter needs to know about a label without asking the store. ``INTERNED_ORDER``
+    is the order ``interned`` takes its fields in, which rows that carry keys (the SQLite index
+    columns, the feed's checkpoint) follow."""
 
     tenant: str
     session: str

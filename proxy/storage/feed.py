@@ -25,24 +25,11 @@ from typing import Protocol
 import orjson
 import structlog
 
-from proxy.storage.base import IndexKey, IndexRow, StoreUnavailable
+from proxy.storage.base import INTERNED_ORDER, IndexKey, IndexRow, StoreUnavailable
 from proxy.storage.redis_codec import LIVE, Changes, Event, StreamPosition, id_seconds
 
 log = structlog.get_logger("smartcache")
 CHECKPOINT_FORMAT = 1
-
-# an IndexKey as a checkpoint row holds it after its label, in IndexKey.interned's order
-KEY_FIELDS = (
-    "answer_bytes",
-    "tenant",
-    "session",
-    "user",
-    "scope",
-    "model",
-    "system_prompt_version",
-    "namespace",
-    "intent",
-)
 
 
 class SharedStore(Protocol):
@@ -109,7 +96,7 @@ class FeedCheckpoint:
 
     def save(self, path: Path) -> None:
         """Written beside and renamed into place: a crash mid-save leaves the previous one."""
-        rows = [[label, *(getattr(k, f) for f in KEY_FIELDS)] for label, k in self.keys.items()]
+        rows = [[label, *(getattr(k, f) for f in INTERNED_ORDER)] for label, k in self.keys.items()]
         body = {
             "format": CHECKPOINT_FORMAT,
             "store_id": self.store_id,

@@ -20,7 +20,17 @@ import aiosqlite
 import orjson
 
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
-from proxy.storage.base import Count, IndexKey, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
+from proxy.storage.base import (
+    INTERNED_ORDER,
+    Count,
+    IndexKey,
+    IndexRow,
+    Ref,
+    Selector,
+    StoreMismatch,
+    StoreUnavailable,
+    Usage,
+)
 
 __all__ = ["SqliteStore", "StoreMismatch"]
 
@@ -28,19 +38,12 @@ __all__ = ["SqliteStore", "StoreMismatch"]
 # writes, as a shared store that is down is, while reads go on.
 _NO_ROOM = ("database or disk is full", "disk i/o error")
 
-# what the vector index and its filter need of a record (see IndexRow), in this order
+# what the vector index and its filter need of a record (see IndexRow): its label, its vector and
+# its key's fields in IndexKey.interned's order (the answer's size is computed, not stored)
 INDEX_COLUMNS = (
     "label",
     "vector",
-    "LENGTH(CAST(answer_text AS BLOB))",
-    "tenant",
-    "session",
-    "user",
-    "scope",
-    "model",
-    "system_prompt_version",
-    "namespace",
-    "intent",
+    *("LENGTH(CAST(answer_text AS BLOB))" if f == "answer_bytes" else f for f in INTERNED_ORDER),
 )
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
