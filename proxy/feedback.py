@@ -22,10 +22,8 @@ from proxy.cache import SemanticCache
 from proxy.identity import Identity
 from proxy.model import Reason
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.signing.conversation import Conversation
-from proxy.signing.signer import request_hash
 from proxy.text.phrases import is_correction, is_reset_phrase
 
 # A client with no session header re-sending the same conversation within this is retrying it;
@@ -99,7 +97,7 @@ class FeedbackReader:
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
         self.regenerate_window = regenerate_window
 
-    async def read(self, req: ChatRequest, conv: Conversation, who: Identity) -> Reason | None:
+    async def read(self, conv: Conversation, who: Identity) -> Reason | None:
         """The signal this request carries about the last answer (a reset, a regenerate or a
         correction, named by the reason the request gets), applied; None when it carries none."""
         if is_reset_phrase(conv.current):
@@ -110,7 +108,7 @@ class FeedbackReader:
         if last is None:
             return None
         window = regenerate_window(who, self.regenerate_window)
-        if last.request_hash == request_hash(req) and self.clock() - last.at <= window:
+        if last.request_hash == conv.request_hash and self.clock() - last.at <= window:
             signal = Reason.REGENERATE
         elif is_correction(conv.current):
             signal = Reason.CORRECTION

@@ -73,7 +73,7 @@ class Planner:
         t = time.perf_counter()
         conv = self.signer.read(req)  # the one normalisation of the request's text
         reading = time.perf_counter() - t
-        feedback = await self.feedback.read(req, conv, who)
+        feedback = await self.feedback.read(conv, who)
         if feedback is Reason.SESSION_RESET:
             return Plan(Status.BYPASS, feedback)
         t = time.perf_counter()

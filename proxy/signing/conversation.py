@@ -9,14 +9,17 @@ of ``proxy.text`` take ``NormalText``.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import orjson
+
 from proxy.openai.request import ChatRequest
 from proxy.text.lexical import canonical_formula
-from proxy.text.normalize import NormalText, normalize_text
+from proxy.text.normalize import NormalText, normalize_text, system_prompt_version
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -49,12 +52,20 @@ class Turn:
     norm: NormalText
 
 
+def request_hash(request: ChatRequest) -> str:
+    """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
+    material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
+    return hashlib.sha256(material).hexdigest()[:32]
+
+
 @dataclass(frozen=True, slots=True)
 class Conversation:
     system: NormalText  # every system prompt of the request, joined and normalised
+    system_version: str  # the version of that prompt's template (normalize.system_prompt_version)
     history: tuple[Turn, ...]  # the non-empty turns before the current user turn
     current: NormalText  # the last user turn ("" when there is none)
     current_raw: str
+    request_hash: str  # the exact request (request_hash), read by regenerate detection and the record
 
     def user_turns(self) -> list[NormalText]:
         return [t.norm for t in self.history if t.role == "user"]
@@ -66,7 +77,7 @@ class Normalizer:
 
     def __init__(self, cache_size: int = 20_000) -> None:
         self._norms: LruDict[str, NormalText] = LruDict(cache_size)
-        self._systems: LruDict[str, NormalText] = LruDict(256)  # few prompts, long ones
+        self._systems: LruDict[str, tuple[NormalText, str]] = LruDict(256)  # few prompts, long ones
 
     def __call__(self, text: str) -> NormalText:
         cached = self._norms.get(text)
@@ -76,11 +87,13 @@ class Normalizer:
             self._norms.put(text, cached)
         return cached
 
-    def system(self, text: str) -> NormalText:
-        """A system prompt, normalised as the system version reads it (no courtesy formulas)."""
+    def system(self, text: str) -> tuple[NormalText, str]:
+        """A system prompt normalised (no courtesy formulas) and its version: both recur with every
+        request of the prompt, and masking its volatile parts runs a dozen patterns over it."""
         cached = self._systems.get(text)
         if cached is None:
-            cached = normalize_text(text)
+            norm = normalize_text(text)
+            cached = (norm, system_prompt_version(norm))
             self._systems.put(text, cached)
         return cached
 
@@ -88,9 +101,12 @@ class Normalizer:
         turns = [m for m in request.turns if m.text.strip()]
         history = turns[:-1] if turns and turns[-1].role == "user" else turns
         current_raw = request.last_user_text
+        system, version = self.system(request.system_text)
         return Conversation(
-            system=self.system(request.system_text),
+            system=system,
+            system_version=version,
             history=tuple(Turn(m.role, m.text, self(m.text)) for m in history),
             current=self(current_raw),
             current_raw=current_raw,
+            request_hash=request_hash(request),
         )

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.model import CoarseTags, Signature
@@ -22,7 +21,7 @@ from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, spelled_out, statements
-from proxy.text.normalize import NormalText, system_prompt_version
+from proxy.text.normalize import NormalText
 from proxy.text.phrases import change_instruction
 from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 
@@ -38,12 +37,6 @@ class SignerSettings:
 
 def fold_space(text: str) -> str:
     return " ".join(text.split())
-
-
-def request_hash(request: ChatRequest) -> str:
-    """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
-    material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
-    return hashlib.sha256(material).hexdigest()[:32]
 
 
 def context_fingerprint(system_version: str, model: str, intent: str) -> str:
@@ -110,8 +103,7 @@ class ContextSigner:
         view_turns: tuple[Turn, ...] = () if switch else history
         users = [self.entities(m.norm) for m in view_turns if m.role == "user"]
         entities = merge_entities(users, self.entities(current))
-        own_version = system_prompt_version(conv.system)
-        spv = system_version or own_version
+        spv = system_version or conv.system_version
         view, dropped = self._view(conv.system, view_turns, current)
         vector = await self._view_vector(view, dropped, stages)
         asked, asked_before, reply_head = verifier_context(conv.current_raw, view_turns)
@@ -128,10 +120,10 @@ class ContextSigner:
             tags=tags,
             system_prompt_version=spv,
             context_fingerprint=context_fingerprint(spv, request.model, guess.intent),
-            request_hash=request_hash(request),
+            request_hash=conv.request_hash,
             current_text=current,
             view_text=view,
-            system_version_asserted=spv != own_version,
+            system_version_asserted=spv != conv.system_version,
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
             restated_answer=self._restated_answer(history, current)

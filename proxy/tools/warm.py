@@ -25,7 +25,7 @@ from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import Settings
-from proxy.signing.signer import request_hash
+from proxy.signing.conversation import request_hash
 from proxy.storage.base import Selector
 from proxy.tools.datasets.traces import Conversation
 

@@ -35,7 +35,7 @@ import orjson
 from proxy.errors import UpstreamError
 from proxy.identity import Identity
 from proxy.openai.request import ChatRequest
-from proxy.signing.signer import request_hash
+from proxy.signing.conversation import request_hash
 
 # Fields that change how the answer is delivered, not what it is.
 _DELIVERY_FIELDS = frozenset({"messages", "stream", "stream_options"})
