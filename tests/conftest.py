@@ -107,7 +107,7 @@ async def make_proxy(
 ) -> AsyncIterator[ProxyFactory]:
     started: list[Proxy] = []
 
-    async def factory(**overrides: Any) -> Proxy:
+    async def factory(*, backend: SyncEmbedder | None = None, **overrides: Any) -> Proxy:
         values: dict[str, Any] = {
             "upstream": upstream.url,
             "data_dir": tmp_path / "data",
@@ -120,7 +120,7 @@ async def make_proxy(
         }
         values.update(overrides)
         settings = load_settings(environ={}, overrides=values)
-        server = TestServer(create_app(settings, backend=sync_embedder), host="127.0.0.1")
+        server = TestServer(create_app(settings, backend=backend or sync_embedder), host="127.0.0.1")
         await server.start_server()
         proxy = Proxy(server, settings, server.app)
         started.append(proxy)

@@ -6,16 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-import openai
 import pytest
-from aiohttp.test_utils import TestServer
 
 from proxy.embedding.backends import Matrix, SyncEmbedder
-from proxy.http.app import create_app
-from proxy.settings import load_settings
-from tests.conftest import Upstream
+from tests.conftest import ProxyFactory, Upstream
 
 pytestmark = pytest.mark.model
 
@@ -36,23 +31,12 @@ class SlowEmbedder:
 
 
 async def test_a_slow_embedder_sheds_load_to_bypass_and_every_request_is_answered(
-    tmp_path: Path, model_home: Path, sync_embedder: SyncEmbedder, upstream: Upstream
+    make_proxy: ProxyFactory, sync_embedder: SyncEmbedder, upstream: Upstream
 ) -> None:
-    settings = load_settings(
-        environ={},
-        overrides={
-            "upstream": upstream.url,
-            "data_dir": tmp_path / "data",
-            "model_home": model_home,
-            "ready_after": 0.0,
-            "embed_max_pending": 1,
-            "embed_max_batch": 1,
-            "embed_timeout_ms": 5000,
-        },
+    proxy = await make_proxy(
+        backend=SlowEmbedder(sync_embedder, 0.4), embed_max_pending=1, embed_max_batch=1, embed_timeout_ms=5000
     )
-    server = TestServer(create_app(settings, backend=SlowEmbedder(sync_embedder, 0.4)), host="127.0.0.1")
-    await server.start_server()
-    client = openai.AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="key-A", max_retries=0, timeout=30)
+    client = proxy.client()
     try:
 
         async def ask(i: int) -> tuple[str, str | None, str]:
@@ -66,10 +50,9 @@ async def test_a_slow_embedder_sheds_load_to_bypass_and_every_request_is_answere
             )
 
         replies = await asyncio.gather(*(ask(i) for i in range(8)))
-        metrics = (await client._client.get(str(server.make_url("/metrics")))).text
+        metrics = (await client._client.get(str(proxy.server.make_url("/metrics")))).text
     finally:
         await client.close()
-        await server.close()
     statuses = [s for s, _, _ in replies]
     assert all(text.startswith("Answer #") for _, _, text in replies)
     shed = [r for r in replies if r[0] == "bypass"]
