@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -42,6 +42,14 @@ class LruDict(Generic[K, V]):
         while len(self._data) > self._size:
             self._data.popitem(last=False)
 
+    def remember(self, key: K, make: Callable[[K], V]) -> V:
+        """The value kept for ``key``, made (and kept) the first time it is asked for."""
+        value = self.get(key)
+        if value is None:
+            value = make(key)
+            self.put(key, value)
+        return value
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -50,6 +58,16 @@ class Turn:
     role: str
     text: str
     norm: NormalText
+
+
+def _normalized(text: str) -> NormalText:
+    norm = normalize_text(text)
+    return NormalText(canonical_formula(norm) or norm)
+
+
+def _system(text: str) -> tuple[NormalText, str]:
+    norm = normalize_text(text)
+    return norm, system_prompt_version(norm)
 
 
 def request_hash(request: ChatRequest) -> str:
@@ -80,22 +98,12 @@ class Normalizer:
         self._systems: LruDict[str, tuple[NormalText, str]] = LruDict(256)  # few prompts, long ones
 
     def __call__(self, text: str) -> NormalText:
-        cached = self._norms.get(text)
-        if cached is None:
-            norm = normalize_text(text)
-            cached = NormalText(canonical_formula(norm) or norm)
-            self._norms.put(text, cached)
-        return cached
+        return self._norms.remember(text, _normalized)
 
     def system(self, text: str) -> tuple[NormalText, str]:
         """A system prompt normalised (no courtesy formulas) and its version: both recur with every
         request of the prompt, and masking its volatile parts runs a dozen patterns over it."""
-        cached = self._systems.get(text)
-        if cached is None:
-            norm = normalize_text(text)
-            cached = (norm, system_prompt_version(norm))
-            self._systems.put(text, cached)
-        return cached
+        return self._systems.remember(text, _system)
 
     def conversation(self, request: ChatRequest) -> Conversation:
         turns = [m for m in request.turns if m.text.strip()]

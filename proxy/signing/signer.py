@@ -54,7 +54,7 @@ class ContextSigner:
         self.settings = settings
         self.normalize = Normalizer(settings.cache_size)
         self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
-        self._entities: LruDict[str, Entities] = LruDict(settings.cache_size)
+        self._entities: LruDict[NormalText, Entities] = LruDict(settings.cache_size)
 
     def read(self, request: ChatRequest) -> Conversation:
         """The request's conversation, normalised once for everything that reads it after."""
@@ -62,11 +62,7 @@ class ContextSigner:
 
     def entities(self, norm: NormalText) -> Entities:
         """Entities of a normalised turn, kept like its vector: history turns recur every request."""
-        cached = self._entities.get(norm)
-        if cached is None:
-            cached = extract_entities(norm)
-            self._entities.put(norm, cached)
-        return cached
+        return self._entities.remember(norm, extract_entities)
 
     async def vectors(self, texts: Sequence[str], stages: dict[str, float] | None = None) -> list[np.ndarray]:
         """Embeddings by content hash; only texts not seen before reach the model, in one call."""
