@@ -27,6 +27,7 @@ from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
+from proxy.storage.partition import Hits
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
 LOAD_BATCH = 32768  # records per hop to the index's thread at a rebuild: ~50 MB of float32 in flight
@@ -212,11 +213,8 @@ class SemanticCache:
             )
 
         want = Want(who.tenant, who.user, request.model, namespace, sig.system_prompt_version, policy.widen_to)
-        found = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
-        best: dict[int, float] = {}
-        for label, score in found:
-            best[label] = max(score, best.get(label, -1.0))
-        top = sorted(best.items(), key=lambda kv: -kv[1])[: self.top_k]
+        own, wider = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
+        top = nearest_of_both(own, wider, self.top_k)
         rows = {r.label: r for r in await self.store.get_many([lab for lab, _ in top])}
         now = self.clock()
         # the request's own max-age / ttl also bounds the age of what it is served, as in HTTP
@@ -237,16 +235,17 @@ class SemanticCache:
 
     async def nearest(
         self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool], want: Want
-    ) -> list[tuple[int, float]]:
-        """(label, cosine) of admitted records: the session's own exactly, then, when the policy
-        widens the lookup, the nearest ``want`` admits in the caller's tenant and the shared
-        partition (``admit`` and ``want`` say the same of every record outside the session)."""
+    ) -> tuple[Hits, Hits]:
+        """(label, cosine) of admitted records, best first: the session's own, scored exactly, and,
+        when the policy widens the lookup, the nearest ``want`` admits in the caller's tenant and
+        the shared partition (``admit`` and ``want`` say the same of every record outside the
+        session)."""
         session = [lab for lab in self.pools.sessions.get((who.tenant, who.session), ()) if admit(lab)]
         index, k = self.index, self.top_k
 
-        def search() -> list[tuple[int, float]]:  # one hop to the executor for both
-            found = index.search_among(vector, session)
-            return found if SCOPE_WIDTH[widen_to] == 0 else found + index.search(vector, k, want=want)
+        def search() -> tuple[Hits, Hits]:  # one hop to the executor for both
+            own = index.search_among(vector, session)
+            return own, [] if SCOPE_WIDTH[widen_to] == 0 else index.search(vector, k, want=want)
 
         return await asyncio.to_thread(search)
 
@@ -382,6 +381,16 @@ class SemanticCache:
 
 
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
+
+
+def nearest_of_both(own: Hits, wider: Hits, k: int) -> Hits:
+    """The ``k`` best of the session's own records and the ``k`` best of the others, each label
+    once. The two are not ranked against each other: a restatement or a rephrasing is judged
+    against the turn it restates, so near neighbours from other sessions must never push the
+    session's own turn out of the candidates."""
+    mine = own[:k]
+    seen = {label for label, _ in mine}
+    return mine + [hit for hit in wider if hit[0] not in seen][:k]
 
 
 def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:

@@ -7,13 +7,16 @@ import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
 from proxy.decision.decide import decide
 from proxy.embedding.backends import SyncEmbedder
+from proxy.identity import Identity
 from proxy.model import Candidate, Status
 from proxy.observability.metrics import Metrics
+from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.parts import Parts, open_parts
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
@@ -182,3 +185,56 @@ async def test_restatement_is_served_through_the_proxy_where_the_policy_allows_i
     history[-1] = {"role": "user", "content": RESTATED + " to Norway"}
     status, _, _ = await chat(client, history)
     assert status != "hit" and len(upstream.script.calls) == 3
+
+
+def _request(*turns: str) -> ChatRequest:
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    return parse_chat_request(orjson.dumps({"model": "m", "messages": msgs}))
+
+
+async def test_the_turn_restated_stays_a_candidate_when_other_sessions_hold_nearer_answers(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    """Answers shared with the tenant are searched beside the session's own turns. However near
+    they are, they must not push out of the candidates the very turn a restatement restates: on
+    the replay harness's traces, shared neighbours at 0.93 hid a previous turn at 0.89."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    for intent in [data["defaults"], *data["intents"].values()]:
+        intent["widen_to"] = "tenant"
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    overrides = {"data_dir": tmp_path, "model_home": model_home, "policy": path, "top_k": 2, "ready_after": 0}
+    settings = load_settings(environ={}, overrides={**overrides, "upstream": "http://127.0.0.1:9/v1"})
+    async with open_parts(
+        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
+    ) as p:
+        restated = _request(ASK, WHEN, SLOT, BOOKED, RESTATED)
+        sig = await p.signer.sign(restated)
+        policy = p.policy_box.policy.for_intent(sig.tags.intent)
+        me = Identity("t", "ski", None, session_explicit=True)
+        slot = _request(ASK, WHEN, SLOT)
+        await p.cache.write(
+            request=slot,
+            who=me,
+            sig=await p.signer.sign(slot),
+            policy=policy,
+            policy_version="v",
+            answer=BOOKED,
+            usage={},
+        )
+        for n in range(3):  # other conversations' answers, as near as can be
+            twin = dataclasses.replace(sig, request_hash=f"other-{n}")
+            await p.cache.write(
+                request=restated,
+                who=Identity("t", f"other-{n}", None, session_explicit=True),
+                sig=twin,
+                policy=policy,
+                policy_version="v",
+                answer=f"another answer {n}",
+                usage={},
+            )
+        found = await p.cache.candidates(sig, restated, me, policy)
+        assert sorted(c.same_session for c in found.ready) == [False, False, True]
+        d = decide(found.ready, sig, policy)
+        assert (d.status, d.reason) == (Status.HIT, "restatement")
+        assert d.record is not None and d.record.answer_text == BOOKED
