@@ -53,11 +53,15 @@ def detect_change(
     request_entities: Entities,
     candidate_intent: str,
     request_intent: str,
+    restated: bool = False,
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
 
     Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
     conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
+    A ``restated`` turn adds only words the conversation already holds (proxy.text.lexical
+    .restates): a slot it fills names what the elliptical turn pointed at, so it is not news, but
+    a conflict or a change phrase still is.
     """
     phrases = change_signals(current_turn)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
@@ -66,7 +70,9 @@ def detect_change(
     if topic:
         return ChangeVerdict(ChangeKind.NEW_TOPIC, topic)
     conflicts = entities_conflict(candidate_entities, request_entities)
-    fresh = [s for s in new_entity_slots(candidate_entities, request_entities) if s not in conflicts]
+    fresh = (
+        [] if restated else [s for s in new_entity_slots(candidate_entities, request_entities) if s not in conflicts]
+    )
     signals = (*phrases, *(f"conflict:{slot}" for slot in conflicts), *(f"new:{slot}" for slot in fresh))
     kind = ChangeKind.MODIFIES_CONTEXT if signals else ChangeKind.NO_CHANGE
     return ChangeVerdict(kind, signals)

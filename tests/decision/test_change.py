@@ -85,6 +85,28 @@ def test_a_count_of_one_is_not_a_new_constraint() -> None:
     assert verdict(["有什么适合编程的轻薄本"], "推荐一款适合编程的轻薄本").kind is NO
 
 
+def test_a_restatement_names_what_was_pointed_at_without_changing_it() -> None:
+    """The elliptical turn had no place of its own; the restatement names the one the conversation
+    settled on. That slot is not news for a restatement, though a negation or a conflict is."""
+    request = extract_entities(normalize_text("帮我查一下明天去上海的高铁"))
+
+    def judge(turn: str, *, restated: bool, candidate: str = "帮我查一下明天的高铁") -> ChangeVerdict:
+        return detect_change(
+            normalize_text(turn),
+            candidate_entities=extract_entities(normalize_text(candidate)),
+            request_entities=request,
+            candidate_intent="x",
+            request_intent="x",
+            restated=restated,
+        )
+
+    turn = "帮我查一下明天去上海的高铁"
+    assert judge(turn, restated=False).signals == ("new:places",)  # judged by similarity: news
+    assert judge(turn, restated=True).kind is NO
+    assert judge("查一下明天去上海的高铁，不要动车", restated=True).kind is MOD
+    assert judge(turn, restated=True, candidate="帮我查一下明天去北京的高铁").signals == ("conflict:places",)
+
+
 def test_same_constraints_in_other_words_is_no_change() -> None:
     result = verdict(["推荐三款轻薄本，预算八千以内"], "8000以内的轻薄本，给我推荐3款")
     assert result.kind is NO, result.signals
