@@ -20,7 +20,7 @@ from proxy.openai.request import ChatRequest
 from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
-from proxy.text.lexical import all_known, spelled_out, statements
+from proxy.text.lexical import all_known, names_in, spelled_out, statements
 from proxy.text.normalize import NormalText
 from proxy.text.phrases import change_instruction
 from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
@@ -137,13 +137,18 @@ class ContextSigner:
             return ""
         at = users[-1]
         after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
-        added = spelled_out(history[at].norm, current) if after is not None else set()
+        previous = history[at].norm
+        names_nothing = self.entities(previous).is_empty() and not names_in(history[at].text)
+        added = spelled_out(previous, current, names_nothing=names_nothing) if after is not None else set()
         if not added or after is None:
             return ""
         context: list[str] = [history[i].norm for i in users[:-1]]
-        # the stated facts of the reply the previous turn answered, and of the reply to it
+        # the stated facts of the reply the previous turn answered. Not those of the answer to it:
+        # a word taken from that answer picks among what it offered ("a cheap restaurant" ->
+        # "There are Italian and Indian ones" -> "a cheap Italian restaurant"), a narrower request
         before = next((m for m in reversed(history[:at]) if m.role == "assistant"), None)
-        context += [statements(m.norm) for m in (before, after) if m is not None]
+        if before is not None:
+            context.append(statements(before.norm))
         return fold_space(after.text) if all_known(added, context) else ""
 
     def _previous_reply(self, history: Sequence[Turn]) -> str:

@@ -137,15 +137,43 @@ def _token_set(text: str, segmenter: Segmenter | None) -> set[str]:
     return {_stem(w) for w in tokens(text, segmenter)}
 
 
-def spelled_out(previous: str, current: str, segmenter: Segmenter | None = None) -> set[str]:
-    """The words ``current`` adds to the elliptical ``previous`` turn while keeping every content
-    word of it; empty when it is no such spelling-out (then no context need be read)."""
-    if not context_dependent(previous, segmenter):
+# Words a restatement uses to attach what the elliptical turn pointed at ("the phone number *of*
+# Curry Prince", "I don't care *about* the area", "the gas station *called* Valero"): no content
+# of their own, so they need not be found in the conversation.
+_ATTACHING_EN = _words("about with from by called named located")
+
+
+def spelled_out(
+    previous: str, current: str, segmenter: Segmenter | None = None, *, names_nothing: bool = False
+) -> set[str]:
+    """The words ``current`` adds to the ``previous`` turn while keeping every content word of it;
+    empty when it is no such spelling-out (then no context need be read). ``previous`` must lean
+    on the conversation: elliptical or anaphoric (``context_dependent``), or, per the caller's
+    ``names_nothing``, naming no place, product, person or number of its own ("Can you pick a
+    quick route for me?": to where?). Pointers ("there", "their", "yes", "它") are dropped from
+    both sides: a restatement replaces them with what they point to, or keeps them."""
+    if not (names_nothing or context_dependent(previous, segmenter)):
         return set()
-    # "there", "它": the pointers a restatement replaces with what they point to
-    before = {w for w in _token_set(previous, segmenter) if w not in _ANAPHORA_EN and w not in _ANAPHORA_ZH}
-    now = _token_set(current, segmenter)
-    return now - before if before and before <= now else set()
+    before = {w for w in _token_set(previous, segmenter) if not _pointer(w)}
+    now = {w for w in _token_set(current, segmenter) if not _pointer(w)}
+    return {w for w in now - before if w not in _ATTACHING_EN} if before and before <= now else set()
+
+
+_NAME_EN = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z][a-z]+|[A-Z]{2,})\b")
+_NOT_NAMES = frozenset({"I", "OK", "I'm", "I'd", "I'll", "I've"})
+
+
+def names_in(raw: str) -> bool:
+    """Does a raw English turn name something the gazetteer may not know (a capitalised word past
+    the start of a sentence: "learn the Rust language", "call Jack") or carry a number? Chinese
+    turns always count as naming: without capitals their names cannot be told from words."""
+    if _CJK.search(raw) or any(c.isdigit() for c in raw):
+        return True
+    return any(m.group(0) not in _NOT_NAMES for m in _NAME_EN.finditer(raw.strip()))
+
+
+def _pointer(word: str) -> bool:
+    return word in _ANAPHORA_EN or word in _ANAPHORA_ZH
 
 
 def all_known(words: set[str], context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
@@ -156,12 +184,19 @@ def all_known(words: set[str], context: Sequence[str], segmenter: Segmenter | No
     return all(w in known or _in_chinese_text(w, lowered) for w in words)
 
 
-def restates(previous: str, current: str, context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
-    """``current`` spells out the elliptical ``previous`` turn: it keeps every content word of it and
-    adds only words the conversation already holds (``context``: earlier user turns and the stated
-    facts of the replies around ``previous``). Anything new (another city, a negation, "instead")
-    makes it another request."""
-    added = spelled_out(previous, current, segmenter)
+def restates(
+    previous: str,
+    current: str,
+    context: Sequence[str],
+    segmenter: Segmenter | None = None,
+    *,
+    names_nothing: bool = False,
+) -> bool:
+    """``current`` spells out the ``previous`` turn that leaned on the conversation (see
+    ``spelled_out``): it keeps every content word of it and adds only words the conversation
+    already holds (``context``: earlier user turns and the stated facts of the replies around
+    ``previous``). Anything new (another city, a negation, "instead") makes it another request."""
+    added = spelled_out(previous, current, segmenter, names_nothing=names_nothing)
     return bool(added) and all_known(added, context, segmenter)
 
 

@@ -21,7 +21,7 @@ from proxy.parts import Parts, open_parts
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.signing.intent import IntentClassifier
-from proxy.text.lexical import restates, statements
+from proxy.text.lexical import names_in, restates, statements
 from tests.conftest import ProxyFactory, Upstream
 from tests.decision.test_context_cases import record_of, sign
 from tests.e2e.test_e2e_core import chat
@@ -87,6 +87,52 @@ PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf a
 )
 def test_restates(previous: str, current: str, context: list[str], expected: bool) -> None:
     assert restates(previous, current, context) is expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        ("May I have the phone number?", False),
+        ("OK, please give me directions via a route that avoids all heavy traffic.", False),
+        ("Yes please. I need it.", False),
+        ("What is the best way to learn the Rust programming language quickly", True),
+        ("call Jack please", True),
+        ("Is there an ATM nearby?", True),
+        ("Book it for 5pm", True),
+        ("帮我查一下", True),  # no capitals to tell a name by: always taken as naming
+    ],
+)
+def test_names_in(raw: str, names: bool) -> None:
+    assert names_in(raw) is names
+
+
+async def test_a_turn_that_names_nothing_is_restated_with_the_name_the_conversation_gave(parts: Parts) -> None:
+    """ "May I have the phone number?" is no elliptical turn by its length, but whose number it asks
+    is the restaurant the reply before named; a turn that names something of its own, or a word
+    taken from the answer to it (a pick among what that answer offered), is another request."""
+    found = ["Find me an Indian restaurant in the east", "Curry Prince is an Indian restaurant in the east."]
+    asked = await sign(
+        parts,
+        *found,
+        "May I have the phone number?",
+        "It is 01223 244277.",
+        "May I have the phone number of Curry Prince?",
+    )
+    assert asked.restates_previous and asked.restated_answer == "It is 01223 244277."
+    narrower = await sign(
+        parts, "I want a cheap restaurant", "There are Italian and Indian ones.", "I want a cheap Italian restaurant"
+    )
+    assert not narrower.restates_previous
+    rust = ["I use Rust at work", "Nice.", "What is the best way to learn the Rust programming language quickly"]
+    assert not (await sign(parts, *rust, "Read the book.", rust[-1] + " for work")).restates_previous
+
+
+def test_pointers_and_attaching_words_are_not_what_a_restatement_adds() -> None:
+    context = [statements("Wagamama is a Japanese restaurant in the centre.")]
+    assert restates("Yes, what is their phone number?", "Yes, what is the phone number of Wagamama?", context)
+    assert restates("I don't care.", "I don't care about the price range.", ["any price range is fine"])
+    # the same turn again adds nothing: a repeat, judged as one, not a restatement
+    assert not restates("What is their phone number?", "what is their phone number", context)
 
 
 def test_statements_keep_what_a_reply_states_and_drop_its_offers() -> None:
