@@ -54,18 +54,24 @@ def detect_change(
     candidate_intent: str,
     request_intent: str,
     restated: bool = False,
+    restated_turn: NormalText | None = None,
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
 
     Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
     conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
     A ``restated`` turn adds only words the conversation already holds (proxy.text.lexical
-    .restates): a slot it fills names what the elliptical turn pointed at, so it is not news, but
-    a conflict or a change phrase still is.
+    .restates): a slot it fills names what the elliptical turn pointed at, so it is not news, and
+    a change phrase it keeps from the turn it restates (``restated_turn``: "What about Italian
+    food?") was answered already, and neither is another intent the classifier gives the other
+    wording; a conflict or a phrase of its own still is news.
     """
     phrases = change_signals(current_turn)
+    if restated and restated_turn is not None:
+        kept = set(change_signals(restated_turn))
+        phrases = tuple(p for p in phrases if p not in kept)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
-    if candidate_intent and request_intent and candidate_intent != request_intent:
+    if not restated and candidate_intent and request_intent and candidate_intent != request_intent:
         return ChangeVerdict(ChangeKind.NEW_TOPIC, (f"intent:{candidate_intent}->{request_intent}", *topic))
     if topic:
         return ChangeVerdict(ChangeKind.NEW_TOPIC, topic)

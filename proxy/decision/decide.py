@@ -27,6 +27,7 @@ from proxy.policy import IntentPolicy
 from proxy.signing.signer import fold_space
 from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
+from proxy.text.normalize import NormalText
 
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
 # repeat right after it); once other turns come between, the whole-conversation key has changed.
@@ -105,11 +106,16 @@ class DecisionContext:
         if not (self.policy.restatement and self.sig.restates_previous):
             return None
         answer = self.sig.restated_answer
+        # the intent filter does not apply: the classifier may well name the two wordings of one
+        # request differently; an entity conflict still drops the record
         return next(
             (
-                c
-                for c in self.survivors
-                if c.same_session and c.turn_gap == 1 and fold_space(c.record.answer_text) == answer
+                f.candidate
+                for f in self.ranked
+                if f.reason in (None, Reason.FILTERED_INTENT)
+                and f.candidate.same_session
+                and f.candidate.turn_gap == 1
+                and fold_space(f.candidate.record.answer_text) == answer
             ),
             None,
         )
@@ -129,6 +135,7 @@ class DecisionContext:
             candidate_intent=str(record.coarse_tags.get("intent")),
             request_intent=self.sig.tags.intent,
             restated=self.restated is not None,
+            restated_turn=NormalText(str(record.coarse_tags.get("question", ""))),
         )
 
     @property
@@ -161,7 +168,7 @@ Stage = Callable[[DecisionContext], Decision | None]
 
 
 def hard_filters(ctx: DecisionContext) -> Decision | None:
-    if ctx.survivors:
+    if ctx.survivors or ctx.restated is not None:
         return None
     if not ctx.ranked:
         return Decision(Status.MISS, Reason.NO_CANDIDATE)

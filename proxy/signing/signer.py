@@ -95,7 +95,13 @@ class ContextSigner:
         vecs = await self.vectors([current, *recent], stages)
         running = self._running_intent(recent, vecs[1:])
         guess = self.classifier.classify(current, vecs[0], running=running)
-        switch = self._is_topic_switch(guess, running, vecs[0], vecs[1:])
+        restated = (
+            self._restated_answer(history, current)
+            if self.classifier.policy.for_intent(guess.intent).restatement
+            else ""
+        )
+        # a turn that spells out the previous one keeps all its words: it cannot leave its topic
+        switch = not restated and self._is_topic_switch(guess, running, vecs[0], vecs[1:])
         view_turns: tuple[Turn, ...] = () if switch else history
         users = [self.entities(m.norm) for m in view_turns if m.role == "user"]
         entities = merge_entities(users, self.entities(current))
@@ -122,9 +128,7 @@ class ContextSigner:
             system_version_asserted=spv != conv.system_version,
             previous_reply=self._previous_reply(view_turns),
             turn_index=sum(1 for m in request.messages if m.role == "user"),
-            restated_answer=self._restated_answer(history, current)
-            if self.classifier.policy.for_intent(guess.intent).restatement
-            else "",
+            restated_answer=restated,
             question_raw=asked,
             previous_question=asked_before,
             previous_reply_head=reply_head,
@@ -148,7 +152,9 @@ class ContextSigner:
         # "There are Italian and Indian ones" -> "a cheap Italian restaurant"), a narrower request
         before = next((m for m in reversed(history[:at]) if m.role == "assistant"), None)
         if before is not None:
-            context.append(statements(before.norm))
+            # from the raw reply: normalising drops its closing "?", and its last offer would pass
+            # for a statement
+            context.append(self.normalize(statements(before.text)))
         return fold_space(after.text) if all_known(added, context) else ""
 
     def _previous_reply(self, history: Sequence[Turn]) -> str:

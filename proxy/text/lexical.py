@@ -125,7 +125,8 @@ _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 
 def statements(text: str) -> str:
     """A reply's sentences that state something. Its questions ("Would you like the north part
-    instead?") offer options the user may not have taken, so their words settle nothing."""
+    instead?") offer options the user may not have taken, so their words settle nothing. Read
+    from the raw reply: normalised text has lost the closing question mark."""
     return " ".join(s.strip() for s in _SENTENCE.findall(text) if not s.rstrip().endswith(("?", "？")))
 
 

@@ -127,6 +127,15 @@ async def test_a_turn_that_names_nothing_is_restated_with_the_name_the_conversat
     assert not (await sign(parts, *rust, "Read the book.", rust[-1] + " for work")).restates_previous
 
 
+async def test_a_reply_that_ends_with_an_offer_settles_nothing(parts: Parts) -> None:
+    """The offer closing a reply is a question, though the normalised reply has lost its "?":
+    the user who asks "What about Chinese?" has not taken it."""
+    offer = "None in the south. Would you like the north part of town?"
+    turns = ("I want Italian food in the south part of town", offer, "What about Chinese?", "Sure.")
+    assert not (await sign(parts, *turns, "What about Chinese food in the north part of town?")).restates_previous
+    assert (await sign(parts, *turns, "What about Chinese food in the south part of town?")).restates_previous
+
+
 def test_pointers_and_attaching_words_are_not_what_a_restatement_adds() -> None:
     context = [statements("Wagamama is a Japanese restaurant in the centre.")]
     assert restates("Yes, what is their phone number?", "Yes, what is the phone number of Wagamama?", context)
@@ -197,6 +206,49 @@ async def test_signer_flags_the_restatement_and_decide_serves_the_previous_turn(
         assert decide([other], request, policy).status is not Status.HIT
     d = decide([Candidate(twin, gap1.view_similarity, q_sim, same_session=True, turn_gap=1), gap1], request, policy)
     assert d.record is record and d.reason == "restatement"
+
+
+async def test_a_restatement_keeps_its_turns_change_phrase_and_may_be_classed_otherwise(parts: Parts) -> None:
+    """ "What about Italian food?" was a change of cuisine, answered already; spelled out it is the
+    same request, whatever intent the classifier gives either wording. An entity conflict still
+    keeps the record from being served."""
+    opening = ("I want a restaurant in the south part of town", "There are Italian and Thai places in the south.")
+    answer = "Ristorante Roma serves Italian food."
+    cached = await sign(parts, *opening, "What about Italian food?")
+    request = await sign(parts, *opening, "What about Italian food?", answer, "What about Italian food in the south?")
+    assert request.restates_previous
+    policy = parts.policy_box.policy.for_intent(request.tags.intent)
+    record = record_of(cached, answer)
+    gap1 = Candidate(record, 0.5, 0.5, same_session=True, turn_gap=1)
+    d = decide([gap1], request, policy)
+    assert (d.status, d.reason) == (Status.HIT, "restatement"), d
+    other = dataclasses.replace(record, coarse_tags={**record.coarse_tags, "intent": "customer_support"})
+    d = decide([dataclasses.replace(gap1, record=other)], request, policy)
+    assert (d.status, d.reason) == (Status.HIT, "restatement"), d
+    assert (
+        decide(
+            [dataclasses.replace(gap1, record=other)], dataclasses.replace(request, restated_answer=""), policy
+        ).reason
+        == "filtered:intent"
+    )
+    elsewhere = {"places": ["北京"], "products": [], "people": [], "numbers": [], "areas": []}
+    conflicting = dataclasses.replace(record, coarse_tags={**record.coarse_tags, "entities": elsewhere})
+    request_there = dataclasses.replace(
+        request,
+        tags=dataclasses.replace(
+            request.tags, entities=dataclasses.replace(request.tags.entities, places=frozenset({"上海"}))
+        ),
+    )
+    d = decide([dataclasses.replace(gap1, record=conflicting)], request_there, policy)
+    assert (d.status, d.reason) == (Status.MISS, "filtered:entities")
+
+
+async def test_a_restatement_never_leaves_its_topic(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topic-switch test reads intents and vectors, which two wordings of one request may not
+    share; a turn that keeps every word of the previous one has not left its topic."""
+    monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: True)
+    assert (await sign(parts, ASK, WHEN, SLOT, BOOKED, RESTATED)).tags.context_switch is False
+    assert (await sign(parts, ASK, WHEN, SLOT, BOOKED, "Tell me a joke")).tags.context_switch is True
 
 
 async def test_the_shipped_policy_reads_restatements(parts: Parts) -> None:
