@@ -73,6 +73,9 @@ class Signature:
     question_raw: str = ""
     previous_question: str = ""
     previous_reply_head: str = ""
+    # the user turns before this one, case, spacing and punctuation aside (signing.conversation
+    # .history_key): another conversation's answer is only this one's if they said the same so far
+    history_key: str = ""
 
     @property
     def restates_previous(self) -> bool:
@@ -89,6 +92,7 @@ class Signature:
             "question_raw": self.question_raw,
             "previous_question": self.previous_question,
             "previous_reply_head": self.previous_reply_head,
+            "history": self.history_key,
         }
 
 
@@ -197,6 +201,7 @@ class Reason(StrEnum):
     CONTEXT_MOVED = "context_moved"
     REORDERED_WORDS = "reordered_words"
     CONTEXT_DIFFERS = "context_differs"
+    OTHER_HISTORY = "other_history"  # another conversation's answer, after other user turns
     CANDIDATE_ZONE = "candidate_zone"
     NO_DIRECT_HIT = "no_direct_hit"
     VERIFIER_UNAVAILABLE = "verifier_unavailable"

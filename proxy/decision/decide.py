@@ -66,6 +66,10 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) ->
     if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
         return Reason.CONTEXT_MOVED
+    if not cand.same_session and tags.get("history") != sig.history_key:
+        # another conversation's answer to the same words after other turns: the vectors of the
+        # whole conversations are close, but what was said before may have shaped that answer
+        return Reason.OTHER_HISTORY
     question = str(tags.get("question", ""))
     if question and question != sig.current_text and reordered(sig.current_text, question):
         return Reason.REORDERED_WORDS

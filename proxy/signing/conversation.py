@@ -10,6 +10,7 @@ of ``proxy.text`` take ``NormalText``.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ def _system(text: str) -> tuple[NormalText, str]:
     return norm, system_prompt_version(norm)
 
 
+_WORDS_ONLY = re.compile(r"[\W_]+")
+
+
 def request_hash(request: ChatRequest) -> str:
     """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
     material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
@@ -84,6 +88,13 @@ class Conversation:
     current: NormalText  # the last user turn ("" when there is none)
     current_raw: str
     request_hash: str  # the exact request (request_hash), read by regenerate detection and the record
+
+    @property
+    def history_key(self) -> str:
+        """The user turns before the current one, with case, spacing and punctuation aside: two
+        conversations that said the same so far share it, whatever the replies were."""
+        said = [_WORDS_ONLY.sub("", m.norm) for m in self.history if m.role == "user"]
+        return hashlib.sha256("\x1f".join(said).encode()).hexdigest()[:16] if said else ""
 
     def user_turns(self) -> list[NormalText]:
         return [t.norm for t in self.history if t.role == "user"]

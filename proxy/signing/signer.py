@@ -132,6 +132,7 @@ class ContextSigner:
             question_raw=asked,
             previous_question=asked_before,
             previous_reply_head=reply_head,
+            history_key=conv.history_key,
         )
 
     def _restated_answer(self, history: Sequence[Turn], current: NormalText) -> str:

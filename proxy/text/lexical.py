@@ -91,9 +91,21 @@ def transposed(ta: Sequence[str], tb: Sequence[str]) -> bool:
     return len(diff) == 2 and ta[diff[0]] == tb[diff[1]] and ta[diff[1]] == tb[diff[0]]
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def numbers_reordered(a: str, b: str) -> bool:
+    """The same numbers in another order ("from the 12th to the early 17th century" / "from the
+    early 17th to the 12th"; "3 of 5" / "5 of 3"): a range or a ratio turned around."""
+    na, nb = _NUMBER.findall(a), _NUMBER.findall(b)
+    return len(na) >= 2 and na != nb and sorted(na) == sorted(nb)
+
+
 def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segmenter: Segmenter | None = None) -> bool:
-    """True when the two texts share most content words but not in the same order, or are the
-    same words with two of them exchanged."""
+    """True when the two texts share most content words but not in the same order, are the same
+    words with two of them exchanged, or carry the same numbers in another order."""
+    if numbers_reordered(a, b):
+        return True
     ta, tb = tokens(a, segmenter), tokens(b, segmenter)
     if ta == tb or not ta or not tb:
         return False

@@ -104,6 +104,7 @@ def make_record(
     key_facts: Mapping[str, Any] | None = None,
     request_hash: str = "other",
     previous_reply: str = "",
+    history: str | None = "",
 ) -> Record:
     tags = {
         "intent": intent,
@@ -112,6 +113,7 @@ def make_record(
         "previous_reply": previous_reply,
         "turn": 2,
         "question_raw": question,
+        **({} if history is None else {"history": history}),
     }
     return Record(
         cache_id=cache_id,
@@ -188,6 +190,7 @@ CASES = [
         [make_candidate(record=make_record("cheap flights from rome to paris"))],
         sig=make_sig("cheap flights from paris to rome"),
     ),
+    Case(Reason.OTHER_HISTORY, Status.HALF_HIT, [make_candidate(record=make_record(history="h-other"))]),
     Case(
         Reason.CONTEXT_DIFFERS,
         Status.HALF_HIT,
@@ -354,3 +357,16 @@ def test_stages_alone(
 ) -> None:
     decision = stage(context)
     assert (decision.reason if decision else None) == expected
+
+
+def test_another_conversations_answer_is_judged_only_after_the_same_user_turns() -> None:
+    """Across sessions the user turns so far must agree (case, spacing and punctuation aside);
+    within the session the record's history is this conversation's own. A record from before the
+    tag was kept is taken as another history."""
+    sig = make_sig(history_key="h1")
+    assert decide([make_candidate(record=make_record(history="h1"))], sig, make_policy()).reason is Reason.ACCEPT
+    for history in ("h2", "", None):
+        d = decide([make_candidate(record=make_record(history=history))], sig, make_policy())
+        assert (d.status, d.reason) == (Status.HALF_HIT, Reason.OTHER_HISTORY)
+    own = make_candidate(record=make_record(history="h2"), same_session=True, turn_gap=1)
+    assert decide([own], sig, make_policy()).reason is Reason.ACCEPT

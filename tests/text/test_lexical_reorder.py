@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.text.lexical import reordered, tokens, transposed
+from proxy.text.lexical import numbers_reordered, reordered, tokens, transposed
 from proxy.text.normalize import normalize_text
 
 
@@ -55,3 +55,20 @@ def test_transposed_needs_exactly_one_exchange() -> None:
     assert not transposed(["a", "b", "c"], ["a", "b", "c", "d"])
     assert not transposed(["a", "b", "c", "d"], ["a", "x", "c", "y"])
     assert tokens(normalize_text("北京到成都的火车票"))[0] == "北京"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("自17世纪初至12世纪,凯塔王朝统治马里", "自12世纪至17世纪初,凯塔王朝统治马里", True),
+        ("flights from 3 to 5 pm", "flights from 5 to 3 pm", True),
+        ("book 2 rooms for 3 nights", "book 2 rooms for 3 nights please", False),
+        ("2 apples and 2 pears", "2 pears and 2 apples", False),  # the numbers themselves kept their order
+        ("3 days in rome", "rome for 3 days", False),  # one number: nothing to turn around
+        ("from 3 to 5", "from 3 to 6", False),
+    ],
+)
+def test_numbers_in_another_order_are_reordered(a: str, b: str, expected: bool) -> None:
+    assert numbers_reordered(a, b) is expected
+    if expected:  # the reordered-words guard reads it
+        assert reordered(a, b)
