@@ -1,7 +1,8 @@
 """What the reordered-words guard (proxy.text.lexical.reordered) costs and buys on labelled
-Chinese pairs: how many paraphrases (label 1) and different questions (label 0) each of its two
+Chinese pairs: how many paraphrases (label 1) and different questions (label 0) each of its
 tests flags. A flagged pair becomes a half-hit (answered upstream, never served from the cache),
-so a flagged paraphrase costs a hit and a flagged different question saves a wrong answer.
+so a flagged paraphrase costs a hit and a flagged different question saves a wrong answer. The
+numbers column is the test for the same numbers in another order (lexical.numbers_reordered).
 
 Reads ../shared/data/zh_pairs (LCQMC, BQ, ATEC valid splits; none of them is used by the replay
 harness's traces).
@@ -17,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from proxy.text.lexical import reordered, tokens, transposed
+from proxy.text.lexical import numbers_reordered, reordered, tokens, transposed
 from proxy.text.normalize import normalize_text
 
 SETS = ("lcqmc", "bq", "atec")
@@ -46,11 +47,13 @@ def main() -> None:
         pairs = rows(args.data / "zh_pairs" / f"{name}.valid.tsv", limit)
         labels: Counter[str] = Counter()
         exchanged: Counter[str] = Counter()
+        turned: Counter[str] = Counter()
         guard: Counter[str] = Counter()
         for a, b, label in pairs:
             na, nb = normalize_text(a), normalize_text(b)
             labels[label] += 1
             exchanged[label] += transposed(tokens(na), tokens(nb))
+            turned[label] += numbers_reordered(na, nb)
             guard[label] += reordered(na, nb)
         table.append(
             {
@@ -60,20 +63,24 @@ def main() -> None:
                 "different": labels["0"],
                 "exchange_flags_paraphrase": exchanged["1"],
                 "exchange_flags_different": exchanged["0"],
+                "numbers_flags_paraphrase": turned["1"],
+                "numbers_flags_different": turned["0"],
                 "guard_flags_paraphrase": guard["1"],
                 "guard_flags_different": guard["0"],
             }
         )
     print(
-        "| set | pairs (1 / 0) | one exchange: flags 1 / 0 | whole guard: flags 1 / 0 | share of flagged that differ |"
+        "| set | pairs (1 / 0) | one exchange: flags 1 / 0 | numbers turned around: flags 1 / 0 "
+        "| whole guard: flags 1 / 0 | share of flagged that differ |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for r in table:
         flagged = r["guard_flags_paraphrase"] + r["guard_flags_different"]
         share = r["guard_flags_different"] / flagged if flagged else 0.0
         print(
             f"| {r['set']} | {r['pairs']} ({r['paraphrases']} / {r['different']}) "
             f"| {r['exchange_flags_paraphrase']} / {r['exchange_flags_different']} "
+            f"| {r['numbers_flags_paraphrase']} / {r['numbers_flags_different']} "
             f"| {r['guard_flags_paraphrase']} / {r['guard_flags_different']} | {share:.3f} |"
         )
     print(f"({time.perf_counter() - t0:.1f} s)")
