@@ -115,7 +115,7 @@ def test_shipped_thresholds_are_calibrated_and_keep_the_risk_order(shipped: Poli
         assert not intent.cache and intent.force
 
 
-SHARED_BY_THE_TENANT = {"chitchat", "customer_support", "after_sales", "refund"}
+SHARED_BY_THE_TENANT = {"chitchat", "customer_support", "after_sales", "refund", "general", "shopping"}
 
 
 def test_shipped_pools_widen_to_the_tenant_only_where_answers_do_not_depend_on_the_user(shipped: Policy) -> None:
