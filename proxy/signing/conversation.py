@@ -74,11 +74,6 @@ def _system(text: str) -> tuple[NormalText, str]:
 _WORDS_ONLY = re.compile(r"[\W_]+")
 
 
-def words_only(text: str) -> str:
-    """What a turn says, with case (already folded), spacing and punctuation aside."""
-    return _WORDS_ONLY.sub("", text)
-
-
 def request_hash(request: ChatRequest) -> str:
     """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
     material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
@@ -98,7 +93,7 @@ class Conversation:
     def history_key(self) -> str:
         """The user turns before the current one, with case, spacing and punctuation aside: two
         conversations that said the same so far share it, whatever the replies were."""
-        said = [words_only(m.norm) for m in self.history if m.role == "user"]
+        said = [_WORDS_ONLY.sub("", m.norm) for m in self.history if m.role == "user"]
         return hashlib.sha256("\x1f".join(said).encode()).hexdigest()[:16] if said else ""
 
     def user_turns(self) -> list[NormalText]:

@@ -17,7 +17,7 @@ import numpy as np
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.model import CoarseTags, Signature
 from proxy.openai.request import ChatRequest
-from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn, words_only
+from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, names_in, spelled_out, statements
@@ -143,8 +143,6 @@ class ContextSigner:
         at = users[-1]
         after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
         previous = history[at].norm
-        if after is not None and words_only(current) == words_only(previous):
-            return fold_space(after.text)  # asked again word for word, right after its answer
         names_nothing = self.entities(previous).is_empty() and not names_in(history[at].text)
         added = spelled_out(previous, current, names_nothing=names_nothing) if after is not None else set()
         if not added or after is None:
