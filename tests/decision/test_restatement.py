@@ -252,7 +252,7 @@ async def test_a_restatement_never_leaves_its_topic(parts: Parts, monkeypatch: p
 
 
 async def test_the_same_words_again_after_a_new_offer_answer_that_offer(parts: Parts) -> None:
-    """"Yes, please." after "Shall I send the route?" is not the "Yes, please." before it."""
+    """ "Yes, please." after "Shall I send the route?" is not the "Yes, please." before it."""
     turns = ("Find me a bakery", "None nearby. Would you like a cafe instead?", "Yes, please.")
     again = await sign(parts, *turns, "Cafe Nero is 2 miles away. Shall I send the route?", "Yes, please.")
     assert not again.restates_previous
