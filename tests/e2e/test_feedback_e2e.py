@@ -49,14 +49,17 @@ async def test_a_chinese_correction_rejects_a_pending_answer(make_proxy: ProxyFa
 
 
 async def test_a_reset_phrase_makes_the_next_repeat_a_miss(proxy: Proxy, upstream: Upstream) -> None:
+    """The session's own answers go with a reset (one naming someone is kept to the session; what
+    it shared with the tenant stays, tests/e2e/test_widened_scopes.py)."""
     client = proxy.client(**{"x-smartcache-session": "fb-3"})
-    await chat(client, [SYSTEM, {"role": "user", "content": QUESTION}])
-    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": REPEAT}])
+    private = "What is the tallest mountain my friend Alice climbed in Europe?"
+    await chat(client, [SYSTEM, {"role": "user", "content": private}])
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": private.lower()}])
     assert status == "hit"
     status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": "Let's start over, forget everything."}])
     assert status == "bypass"
     assert [r async for r in proxy.app[keys.CACHE].store.iter_live()] == []
-    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": QUESTION.upper()}])
+    status, _, _ = await chat(client, [SYSTEM, {"role": "user", "content": private.upper()}])
     assert status == "miss"
 
 

@@ -23,7 +23,9 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+import yaml
 
+from proxy.settings import DEFAULT_POLICY
 from tests.conftest import Upstream
 from tests.e2e.test_e2e_core import ask, chat
 from tests.storage.redis_server import BINARY, RedisServer, free_port
@@ -124,10 +126,23 @@ class Cluster:
     b: Replica
 
 
-def proxy_env(model_home: Path, redis_url: str) -> dict[str, str]:
+def session_pools(tmp_path: Path) -> Path:
+    """The shipped policy with every answer kept to its session: the checks here (a user's reset
+    through one replica, one record per session's question) read the session's own answers, and
+    sharing across sessions has tests of its own (tests/e2e/test_widened_scopes.py)."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    for intent in [data["defaults"], *data["intents"].values()]:
+        intent["widen_to"] = "session"
+    path = tmp_path / "session-pools.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def proxy_env(model_home: Path, redis_url: str, policy: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTCACHE_")}
     return {
         **env,
+        **({"SMARTCACHE_POLICY": str(policy)} if policy else {}),
         "SMARTCACHE_MODEL_HOME": str(model_home),
         "SMARTCACHE_STORE": "redis",
         "SMARTCACHE_REDIS_URL": redis_url,
@@ -147,7 +162,7 @@ async def cluster(tmp_path: Path, model_home: Path, upstream: Upstream) -> Async
     redis = RedisServer(free_port(), tmp_path / "redis", appendonly=True)
     redis.dir.mkdir()
     redis.start()
-    env = proxy_env(model_home, redis.url)
+    env = proxy_env(model_home, redis.url, session_pools(tmp_path))
     a, b = Replica("a", tmp_path / "a", env), Replica("b", tmp_path / "b", env)
     try:
         await asyncio.gather(a.start(upstream.url), b.start(upstream.url))
