@@ -53,21 +53,21 @@ def detect_change(
     request_entities: Entities,
     candidate_intent: str,
     request_intent: str,
-    restated: bool = False,
     restated_turn: NormalText | None = None,
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
 
     Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
     conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
-    A ``restated`` turn adds only words the conversation already holds (proxy.text.lexical
-    .restates): a slot it fills names what the elliptical turn pointed at, so it is not news, and
-    a change phrase it keeps from the turn it restates (``restated_turn``: "What about Italian
+    A turn that restates another (``restated_turn``, see proxy.text.lexical.restates) adds only
+    words the conversation already holds: a slot it fills names what the elliptical turn pointed
+    at, so it is not news, and a change phrase it keeps from that turn ("What about Italian
     food?") was answered already, and neither is another intent the classifier gives the other
     wording; a conflict or a phrase of its own still is news.
     """
+    restated = restated_turn is not None
     phrases = change_signals(current_turn)
-    if restated and restated_turn is not None:
+    if restated_turn is not None:
         kept = set(change_signals(restated_turn))
         phrases = tuple(p for p in phrases if p not in kept)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))

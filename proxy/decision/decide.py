@@ -138,8 +138,7 @@ class DecisionContext:
             request_entities=self.sig.tags.entities,
             candidate_intent=str(record.coarse_tags.get("intent")),
             request_intent=self.sig.tags.intent,
-            restated=self.restated is not None,
-            restated_turn=NormalText(str(record.coarse_tags.get("question", ""))),
+            restated_turn=NormalText(str(record.coarse_tags.get("question", ""))) if self.restated else None,
         )
 
     @property

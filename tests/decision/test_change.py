@@ -97,7 +97,7 @@ def test_a_restatement_names_what_was_pointed_at_without_changing_it() -> None:
             request_entities=request,
             candidate_intent="x",
             request_intent="x",
-            restated=restated,
+            restated_turn=normalize_text(candidate) if restated else None,
         )
 
     turn = "帮我查一下明天去上海的高铁"
