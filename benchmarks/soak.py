@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import random
 import signal
@@ -44,10 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parent))
-from soak_upstream import FAULTS, Delays, Tally, soak_upstream
+from soak_upstream import FAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("load", "faults", "idle", "fuzz", "kill")
@@ -72,6 +70,7 @@ class Plan:
 class Report:
     latencies: dict[str, list[float]] = field(default_factory=dict)
     errors: int = 0
+    load_proxy_cpu_s: float = 0.0  # CPU the proxy used during the load phase
     error_samples: list[str] = field(default_factory=list)
     cross_tenant_hits: int = 0
     rss_mb: list[float] = field(default_factory=list)
@@ -101,6 +100,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the scripted upstream exited with {proc.returncode}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        return
+    raise RuntimeError(f"the scripted upstream did not listen on {port} within {timeout} s")
 
 
 class ProxyProcess:
@@ -165,6 +179,12 @@ class ProxyProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the proxy has used (its threads included)."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def fd_count(self) -> int:
         assert self.proc is not None
@@ -383,6 +403,12 @@ def print_report(plan: Plan, report: Report) -> None:
         print(f"{status or '-':10} {len(values):9d} {statistics.median(values):9.1f} {pct(values, 0.99):9.1f}")
     total = sum(len(v) for v in report.latencies.values())
     print(f"requests {total}, errors {report.errors} {report.error_samples}")
+    if total:
+        cores = os.cpu_count() or 1
+        print(
+            f"{total / plan.seconds:.0f} requests/s; the proxy used {report.load_proxy_cpu_s:.0f} CPU-seconds of the "
+            f"{cores * plan.seconds:.0f} these {cores} cores had (the load generator and the upstream the rest)"
+        )
     if report.rss_mb:
         print(
             f"RSS MB start {report.rss_mb[0]:.0f} peak {max(report.rss_mb):.0f} end {report.rss_mb[-1]:.0f}; "
@@ -424,20 +450,17 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
     phases = set(args.phases.split(","))
     if phases - set(PHASES):
         raise SystemExit(f"unknown phase(s) {sorted(phases - set(PHASES))}; known: {', '.join(PHASES)}")
-    # the upstream's own access and 'client went away' noise is expected here: faults cut requests
-    logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
     rng = random.Random(args.seed)
     report = Report()
-    tally = Tally()
-    delays = Delays(first_byte=(0.05, 0.5), per_chunk=0.02, hang=args.upstream_timeout + 5)
-    runner = web.AppRunner(soak_upstream(delays, tally, rng))
-    await runner.setup()
     up_port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", up_port).start()
+    upstream_proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "soak_upstream.py"), "--port", str(up_port),
+         "--hang", str(args.fault_timeout + 5), "--seed", str(args.seed)],
+    )  # fmt: skip
+    await wait_listening(up_port, upstream_proc)
     work = Path(tempfile.mkdtemp(prefix="smartcache-soak-"))
     env = {
         **os.environ,
-        "SMARTCACHE_UPSTREAM_TIMEOUT": str(args.upstream_timeout),
         "SMARTCACHE_REGENERATE_WINDOW": "0",
         "SMARTCACHE_LOG_LEVEL": "warning",
         # above the load generator's own pool timeout (aiohttp's 15 s), so the client always lets go
@@ -447,19 +470,28 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
     if args.model_home:
         env["SMARTCACHE_MODEL_HOME"] = str(args.model_home)
     upstream = f"http://127.0.0.1:{up_port}/v1"
-    proxy = ProxyProcess(upstream, work / "load", env)
+    # under load an upstream answer waits its turn for these 2 cores, so the load runs with an
+    # engine's deadline; the faults run with a short one, or each timeout fault would hold for it
+    loaded = {**env, "SMARTCACHE_UPSTREAM_TIMEOUT": str(args.upstream_timeout)}
+    proxy = ProxyProcess(upstream, work / "load", loaded)
+    faulted = ProxyProcess(upstream, work / "faults", {**env, "SMARTCACHE_UPSTREAM_TIMEOUT": str(args.fault_timeout)})
     try:
-        await proxy.start()
+        if phases & {"load", "idle"}:
+            await proxy.start()
         if "load" in phases:
             print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
+            cpu = proxy.cpu_seconds()
             await load_phase(proxy, plan, report, rng)
-        if "faults" in phases:
-            print("faults ...", file=sys.stderr)
-            await fault_phase(proxy, report)
+            report.load_proxy_cpu_s = proxy.cpu_seconds() - cpu
         if "idle" in phases:
             print(f"idle: {plan.idle_connections} connections ...", file=sys.stderr)
             await idle_phase(proxy, plan, report, args.keepalive_timeout)
         proxy.stop()
+        if "faults" in phases:
+            print("faults ...", file=sys.stderr)
+            await faulted.start()
+            await fault_phase(faulted, report)
+            faulted.stop()
         if "fuzz" in phases:
             print("fuzz ...", file=sys.stderr)
             fuzz_phase(plan, report, env)
@@ -468,7 +500,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
             await kill_phase(ProxyProcess(upstream, work / "kill", env), plan, report, rng)
     finally:
         proxy.stop()
-        await runner.cleanup()
+        faulted.stop()
+        upstream_proc.terminate()
+        upstream_proc.wait(timeout=30)
     print_report(plan, report)
     if args.json:
         Path(args.json).write_text(json.dumps(report.__dict__, indent=2, default=str), encoding="utf-8")
@@ -485,7 +519,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--kills", type=int)
     ap.add_argument("--fuzz", type=int)
-    ap.add_argument("--upstream-timeout", type=float, default=3.0, help="the proxy's upstream timeout (seconds)")
+    ap.add_argument(
+        "--upstream-timeout", type=float, default=30.0, help="the proxy's upstream timeout under load (seconds)"
+    )
+    ap.add_argument(
+        "--fault-timeout", type=float, default=3.0, help="the proxy's upstream timeout in the fault phase (seconds)"
+    )
     ap.add_argument("--model-home", type=Path, default=ROOT / ".smartcache", help="where the embedding pack lives")
     ap.add_argument("--idle", type=int, help="idle connections to hold (default 10,000; --quick 2,000)")
     ap.add_argument("--keepalive-timeout", type=float, default=20.0, help="the proxy's keepalive_timeout (seconds)")

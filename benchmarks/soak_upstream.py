@@ -6,12 +6,18 @@ picked by a marker in the last user message: ``[fault:500]``, ``[fault:429]``, `
 
 Every answer names the tenant key it was asked with (``[for:<key>]``), so a client that receives
 another key's answer has seen a cross-tenant hit.
+
+It runs as its own process (``python benchmarks/soak_upstream.py --port P``), as a real engine
+would: inside the load generator's event loop it would be starved by the clients it answers, and
+its delays would stretch into timeouts that no real upstream shows.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import logging
 import random
 import re
 import time
@@ -144,3 +150,19 @@ def soak_upstream(delays: Delays, tally: Tally, rng: random.Random) -> web.Appli
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--hang", type=float, default=Delays.hang, help="how long a timeout fault holds (seconds)")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    app = soak_upstream(Delays(hang=args.hang), Tally(), random.Random(args.seed))
+    # the clients cut requests on purpose (faults, kill -9): "client went away" lines are noise
+    logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
+    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()
