@@ -74,12 +74,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
 async def _serve(settings: Settings) -> None:
     from proxy.http.admin import reload_policy
     from proxy.http.app import create_app
+    from proxy.http.listener import listen, raise_descriptor_limit
 
+    raise_descriptor_limit()
     app = create_app(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    listener = await listen(runner, settings.host, settings.port, max_connections=settings.max_connections)
     print(
         f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}; "
         f"feedback window {settings.ready_after:g} s: a new answer is served from the cache only after it "
@@ -110,6 +111,7 @@ async def _serve(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
+        listener.close()
         await runner.cleanup()
 
 

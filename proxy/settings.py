@@ -84,6 +84,9 @@ class Settings:
     # aiohttp's own default is an hour, which lets idle sockets pile up to the descriptor limit.
     # Above a load balancer's idle timeout (60 s on AWS's ALB), so the balancer lets go first
     keepalive_timeout: float = 75.0
+    # open client connections; one more is answered 503 and closed. Lowered at start to what the
+    # descriptor limit leaves once the upstream pool and the store have theirs
+    max_connections: int = 16_384
     upstream_timeout: float = 600.0
     upstream_connect_timeout: float = 10.0
     top_k: int = 8
@@ -172,6 +175,7 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("max_header_bytes", s.max_header_bytes >= 1024, ">= 1024"),
         ("max_headers", s.max_headers >= 16, ">= 16"),
         ("keepalive_timeout", s.keepalive_timeout > 0, "> 0 seconds"),
+        ("max_connections", s.max_connections >= 1, ">= 1"),
         ("upstream_timeout", s.upstream_timeout > 0, "> 0 seconds"),
         ("embed_max_batch", s.embed_max_batch >= 1, ">= 1"),
         ("embed_max_pending", s.embed_max_pending >= 1, ">= 1"),

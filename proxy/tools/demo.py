@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proxy.http.app import UPSTREAM_URL, create_app
+from proxy.http.listener import listen
 from proxy.settings import Settings
 from proxy.tools.stats import Snapshot, metrics_url, parse_metrics
 
@@ -174,13 +175,6 @@ async def _until_interrupted() -> None:
                 loop.remove_signal_handler(sig)
 
 
-def _bound_port(runner: web.AppRunner, fallback: int) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    return fallback
-
-
 async def run_demo(settings: Settings, *, once: bool, console: Console | None = None) -> list[TurnResult]:
     """Start engine and proxy, replay the script, print the table; then serve until Ctrl-C
     unless ``once``. Both stop together on the way out."""
@@ -189,9 +183,10 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
     app = create_app(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    listener = None
     try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
-        base_url = f"http://{settings.host}:{_bound_port(runner, settings.port)}/v1"
+        listener = await listen(runner, settings.host, settings.port, max_connections=settings.max_connections)
+        base_url = f"http://{settings.host}:{listener.port}/v1"
         console.print(f"proxy {base_url} -> engine {app[UPSTREAM_URL]}")
         results = await run_script(base_url)
         console.print(results_table(results))
@@ -204,4 +199,6 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
             await _until_interrupted()
         return results
     finally:
+        if listener is not None:
+            listener.close()
         await runner.cleanup()

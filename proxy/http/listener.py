@@ -1,0 +1,186 @@
+"""The listening socket in front of aiohttp's connection handler, with a hard cap on open client
+connections.
+
+aiohttp accepts every connection the kernel hands it. Past the process's descriptor limit,
+``accept`` fails, asyncio stops accepting for a while, and the proxy can no longer open upstream
+connections or its own files either: the whole proxy stalls rather than the excess clients. Here a
+connection beyond ``max_connections`` is answered at once with an OpenAI-style 503 and closed, and
+every other connection is served as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+from proxy.http import keys
+
+# descriptors kept back from client connections: the upstream pool (512), the store, the model files
+RESERVED_DESCRIPTORS = 1024
+# how long a refused client has to finish sending its request head before the socket is closed
+REFUSAL_LINGER_S = 2.0
+_MAX_REFUSED_HEAD = 64 * 1024
+
+
+def connection_limit(wanted: int, descriptor_limit: int | None = None) -> int:
+    """``wanted``, lowered to what the soft descriptor limit leaves once the proxy's own are kept."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if descriptor_limit is None else descriptor_limit
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - RESERVED_DESCRIPTORS))
+
+
+def raise_descriptor_limit() -> int:
+    """Lift the soft descriptor limit to the hard one, as servers that hold many sockets do; the
+    soft limit many shells start with (1,024) caps a proxy at a few hundred clients."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def refusal_bytes(limit: int) -> bytes:
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": f"SmartCache is serving its limit of {limit} connections; retry shortly",
+                "type": "server_error",
+                "param": None,
+                "code": "connection_limit",
+            }
+        }
+    )
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Retry-After: 1\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class _Refusal(asyncio.Protocol):
+    """Reads the request head (closing before it arrives would reset the socket, and the client
+    would see a reset instead of the 503), answers 503 and closes."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer, self._seen = answer, b""
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._timer = asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, self._answer_and_close)
+
+    def data_received(self, data: bytes) -> None:
+        self._seen = (self._seen + data)[-_MAX_REFUSED_HEAD:]
+        if b"\r\n\r\n" in self._seen or b"\n\n" in self._seen:
+            self._answer_and_close()
+
+    def eof_received(self) -> bool:
+        self._answer_and_close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._transport = None
+
+    def _answer_and_close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        transport, self._transport = self._transport, None
+        if transport is not None and not transport.is_closing():
+            transport.write(self._answer)
+            transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's handler for one connection, counted open until it is lost."""
+
+    def __init__(self, inner: asyncio.Protocol, release: Callable[[], None]) -> None:
+        self._inner, self._release = inner, release
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self._inner.connection_lost(exc)
+        finally:
+            self._release()
+
+
+@dataclass
+class ConnectionCap:
+    """A protocol factory: aiohttp's handler while fewer than ``limit`` connections are open,
+    a refusal after."""
+
+    factory: Callable[[], asyncio.Protocol]
+    limit: int
+    open: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "refused": 0})
+
+    def __call__(self) -> asyncio.Protocol:
+        if self.open >= self.limit:
+            self.counts["refused"] += 1
+            return _Refusal(refusal_bytes(self.limit))
+        self.open += 1
+        self.counts["accepted"] += 1
+        return _Counted(self.factory(), self._release)
+
+    def _release(self) -> None:
+        self.open -= 1
+
+
+@dataclass
+class Listener:
+    server: asyncio.Server
+    cap: ConnectionCap
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def close(self) -> None:
+        """Stop accepting. Not waiting for the connections to close (``wait_closed`` does, on
+        Python 3.12+): ``runner.cleanup()`` closes them, after it."""
+        self.server.close()
+
+
+async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections: int) -> Listener:
+    """Serve ``runner`` (already set up) on ``host:port``. Close the listener before
+    ``runner.cleanup()``, which then closes the connections still open."""
+    server = runner.server
+    assert server is not None, "runner.setup() first"
+    cap = ConnectionCap(server, connection_limit(max_connections))
+    listening = await asyncio.get_running_loop().create_server(cap, host, port, backlog=1024)
+    if keys.METRICS in runner.app:
+        runner.app[keys.METRICS].tally(
+            "smartcache_connections",
+            "Client connections, accepted or refused at the connection cap (max_connections).",
+            "outcome",
+            lambda: dict(cap.counts),
+        )
+    return Listener(listening, cap)
