@@ -3,6 +3,11 @@
 Events are forwarded one whole event at a time, as they arrive: the client never waits for
 the whole answer. The tee keeps what write-back needs (the text, the finish reason, usage)
 and drops the usage chunk that we asked for on the client's behalf when it did not.
+
+What the tee holds is bounded, so a runaway upstream cannot grow the proxy's memory with one
+stream: an answer longer than ``max_text_chars`` is relayed but not kept (nor stored), and bytes
+that never close an event within ``max_event_bytes`` are relayed as they come, the stream
+counted malformed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ class StreamTee:
     done: bool = False
     malformed: bool = False
     response_id: str | None = None
+    # about a million tokens: far beyond any completion limit, far below a memory problem
+    max_text_chars: int = 4 * 1024 * 1024
+    max_event_bytes: int = 1024 * 1024
+    oversized: bool = False  # the text outgrew max_text_chars: relayed, not kept
+    _text_chars: int = 0
+    _passthrough: bool = False
     _buffer: bytes = b""
 
     @property
@@ -32,16 +43,29 @@ class StreamTee:
     @property
     def complete(self) -> bool:
         """Only a stream that ended with [DONE] after a normal stop is an answer worth storing."""
-        return self.done and self.finish_reason == "stop" and not self.tool_calls and not self.malformed
+        return (
+            self.done
+            and self.finish_reason == "stop"
+            and not self.tool_calls
+            and not self.malformed
+            and not self.oversized
+        )
 
     def feed(self, data: bytes) -> bytes:
-        """Bytes in, bytes to send to the client out (whole events only)."""
+        """Bytes in, bytes to send to the client out (whole events only, until an event outgrows
+        ``max_event_bytes``: from then on the bytes as they come)."""
+        if self._passthrough:
+            return data
         self._buffer += data.replace(b"\r\n", b"\n")
         out = []
         while b"\n\n" in self._buffer:
             event, self._buffer = self._buffer.split(b"\n\n", 1)
             if self._take(event):
                 out.append(event + b"\n\n")
+        if len(self._buffer) > self.max_event_bytes:
+            self.malformed, self._passthrough = True, True
+            out.append(self._buffer)
+            self._buffer = b""
         return b"".join(out)
 
     def flush(self) -> bytes:
@@ -74,12 +98,22 @@ class StreamTee:
         for choice in choices:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
-                self.text_parts.append(delta["content"])
+                self._keep(delta["content"])
             if delta.get("tool_calls") or delta.get("function_call"):
                 self.tool_calls = True
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         return not (self.strip_usage and not choices and chunk.get("usage"))
+
+    def _keep(self, text: str) -> None:
+        if self.oversized:
+            return
+        self._text_chars += len(text)
+        if self._text_chars > self.max_text_chars:
+            self.oversized = True
+            self.text_parts.clear()
+            return
+        self.text_parts.append(text)
 
 
 def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:

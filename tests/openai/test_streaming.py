@@ -39,3 +39,21 @@ def test_answer_of_completion_stores_only_plain_stopped_answers() -> None:
     assert answer_of_completion({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]})[0] is None
     assert answer_of_completion({"choices": [{"message": {"content": " "}, "finish_reason": "stop"}]})[0] is None
     assert answer_of_completion([])[0] is None
+
+
+def test_an_answer_longer_than_the_tee_keeps_is_relayed_whole_but_not_kept() -> None:
+    tee = StreamTee(max_text_chars=10)
+    pieces = [chunk("abcdef"), chunk("ghijkl"), chunk(finish="stop"), b"data: [DONE]\n\n"]
+    out = b"".join(tee.feed(p) for p in pieces)
+    assert out == b"".join(pieces)  # the client gets every byte
+    assert tee.oversized and tee.text == "" and not tee.complete
+
+
+def test_bytes_that_never_close_an_event_are_relayed_as_they_come_and_not_held() -> None:
+    tee = StreamTee(max_event_bytes=1024)
+    first = tee.feed(chunk("Hi"))
+    assert first == chunk("Hi")
+    flood = b"data: " + b"x" * 2000  # no blank line: one event that never ends
+    assert tee.feed(flood) == flood and tee.feed(b"yyy") == b"yyy"
+    assert tee.malformed and not tee.complete
+    assert len(tee._buffer) == 0
