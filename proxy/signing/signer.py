@@ -92,7 +92,12 @@ class ContextSigner:
         conv = conv or self.read(request)
         current, history = conv.current, conv.history
         recent = conv.user_turns()[-s.topic_window :]
-        vecs = await self.vectors([current, *recent], stages)
+        # the view is built before the topic switch is known, as if the turn kept its topic (it
+        # nearly always does), so the question, the recent turns and the view reach the model in
+        # one call; a switch then embeds its own, shorter view
+        kept_view = self._view(conv.system, history, current)
+        vecs = await self.vectors([current, *recent, kept_view[0], *kept_view[1]], stages)
+        vecs = vecs[: 1 + len(recent)]
         running = self._running_intent(recent, vecs[1:])
         guess = self.classifier.classify(current, vecs[0], running=running)
         restated = (
@@ -106,7 +111,7 @@ class ContextSigner:
         users = [self.entities(m.norm) for m in view_turns if m.role == "user"]
         entities = merge_entities(users, self.entities(current))
         spv = system_version or conv.system_version
-        view, dropped = self._view(conv.system, view_turns, current)
+        view, dropped = self._view(conv.system, view_turns, current) if switch else kept_view
         vector = await self._view_vector(view, dropped, stages)
         asked, asked_before, reply_head = verifier_context(conv.current_raw, view_turns)
         tags = CoarseTags(

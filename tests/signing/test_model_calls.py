@@ -1,0 +1,81 @@
+"""What a signature costs the embedding model: one call per request, whatever the history, and
+a second only for a topic switch, whose view differs from the one built in advance."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from proxy.embedding.backends import SyncEmbedder
+from proxy.model import Signature
+from proxy.observability.metrics import Metrics
+from proxy.openai.request import parse_chat_request
+from proxy.parts import Parts, open_parts
+from proxy.settings import load_settings
+
+TURNS = (
+    "I need a hotel in Cambridge for two nights",
+    "There are 33 hotels. Do you have an area in mind?",
+    "Somewhere in the centre, with free parking",
+    "The Gonville Hotel is central and has free parking.",
+    "Does it have wifi?",
+)
+
+
+@pytest.fixture
+async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
+    settings = load_settings(
+        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+    )
+    async with open_parts(
+        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
+    ) as p:
+        yield p
+
+
+def counted(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+    embed = parts.signer.embedder.embed
+
+    async def counting(texts: Sequence[str], **kw: Any) -> Any:
+        calls.append(list(texts))
+        return await embed(texts, **kw)
+
+    monkeypatch.setattr(parts.signer.embedder, "embed", counting)
+    return calls
+
+
+async def sign(parts: Parts, turns: Sequence[str]) -> Signature:
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    return await parts.signer.sign(parse_chat_request(orjson.dumps({"model": "m", "messages": msgs})))
+
+
+async def test_each_turn_of_a_conversation_costs_one_model_call(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch, sync_embedder: SyncEmbedder
+) -> None:
+    calls = counted(parts, monkeypatch)
+    for end in (1, 3, 5):
+        before = len(calls)
+        sig = await sign(parts, TURNS[:end])
+        assert len(calls) == before + 1, calls[before:]
+        alone = np.asarray(sync_embedder.embed([sig.view_text])[0], dtype=np.float32)
+        # the view's vector, embedded beside the question, is the one it has alone
+        assert float(sig.vector @ (alone / np.linalg.norm(alone))) > 0.9999
+    assert calls[-1][0] == "does it have wifi" and calls[-1][-1].endswith("user: does it have wifi")
+
+
+async def test_a_topic_switch_embeds_its_own_view_in_a_second_call(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sign(parts, TURNS[:3])
+    monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: True)
+    calls = counted(parts, monkeypatch)
+    sig = await sign(parts, (*TURNS[:4], "Write me a haiku about the sea"))
+    assert len(calls) == 2
+    assert sig.tags.context_switch and "hotel" not in sig.view_text.lower()
+    assert calls[1] == [sig.view_text]
