@@ -291,9 +291,8 @@ class SemanticCache:
         """Count the hit and remember it as the session's last answer. Best effort: the answer is in
         hand, and a store gone since the lookup must not cost the client its reply."""
         with contextlib.suppress(StoreUnavailable):
-            await self.store.record_hit(record.cache_id, self.clock())
             last = SessionLast(record.cache_id, True, sig.request_hash)
-            await self.store.set_session_last(who.tenant, who.session, last)
+            await self.store.record_served(record.cache_id, self.clock(), who.tenant, who.session, last)
 
     async def note_unstored(self, who: Identity, sig: Signature) -> None:
         """An answer we did not store still becomes the session's last: a regenerate of it is known."""

@@ -235,6 +235,10 @@ class RecordStore(Protocol):
 
     async def record_hit(self, cache_id: str, now: float) -> None: ...
 
+    async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
+        """``record_hit`` and ``set_session_last`` as one write: both are on every hit's path."""
+        ...
+
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         """Add ``delta`` to the record's score, kept within [0, 1]; the new score, None if gone."""
         ...

@@ -283,15 +283,25 @@ class RedisStore:
         return self._k(f"last:{tenant}\x1f{session}")
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
+        with _unavailable():
+            pipe = self._r.pipeline(transaction=True)
+            self._queue_session_last(pipe, tenant, session, last)
+            await pipe.execute()
+
+    async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
+        with _unavailable():
+            pipe = self._r.pipeline(transaction=True)
+            await self._hit(args=[self.prefix, cache_id, repr(now)], client=pipe)
+            self._queue_session_last(pipe, tenant, session, last)
+            await pipe.execute()
+
+    def _queue_session_last(self, pipe: Any, tenant: str, session: str, last: SessionLast) -> None:
         at = last.at or time.time()
         key = self._last_key(tenant, session)
         mapping = {"cache_id": last.cache_id, "served": int(last.served), "request_hash": last.request_hash, "at": at}
-        with _unavailable():
-            pipe = self._r.pipeline(transaction=True)
-            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-            pipe.expire(key, int(SESSION_LAST_SECONDS))
-            pipe.zadd(self._k("last_at"), {key: at})
-            await pipe.execute()
+        pipe.hset(key, mapping=mapping)
+        pipe.expire(key, int(SESSION_LAST_SECONDS))
+        pipe.zadd(self._k("last_at"), {key: at})
 
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
         with _unavailable():

@@ -49,6 +49,9 @@ FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
 
 _JSON_COLUMNS = ("coarse_tags", "key_facts")
+# named, not ``*``: a read then knows its columns without a cursor, in one hop to the SQLite thread
+_RECORD_COLUMNS = tuple(f.name for f in dataclasses.fields(Record))
+_SELECT_RECORDS = "SELECT " + ", ".join(_RECORD_COLUMNS)
 # selector fields that are one column compared for equality
 _EQUAL = (
     "tenant",
@@ -144,6 +147,18 @@ def _chunks(sel: Selector) -> Iterator[Selector]:
         yield sel
 
 
+_HIT = "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?"
+_SET_SESSION_LAST = (
+    "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
+    "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at"
+)
+
+
+def _session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any, ...]:
+    return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time())
+
+
 def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
     values = dict(zip(names, row, strict=True))
     for key in _JSON_COLUMNS:
@@ -208,9 +223,8 @@ class SqliteStore:
             raise StoreUnavailable(f"{self.path.name}: {exc}") from exc
 
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self._db.execute(sql, params) as cur:
-            row = await cur.fetchone()
-        return None if row is None else row[0]
+        rows = list(await self._db.execute_fetchall(sql, params))
+        return rows[0][0] if rows else None
 
     async def store_id(self) -> str:
         found = await self._one("SELECT value FROM meta WHERE key = 'store_id'")
@@ -248,9 +262,8 @@ class SqliteStore:
         )
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Record]:
-        async with self._db.execute(sql, params) as cur:
-            names = [d[0] for d in cur.description]
-            return [_record(r, names) for r in await cur.fetchall()]
+        """``sql`` selects ``_SELECT_RECORDS``'s columns."""
+        return [_record(r, _RECORD_COLUMNS) for r in await self._db.execute_fetchall(sql, params)]
 
     async def insert(self, record: Record) -> int:
         values = dataclasses.asdict(record)
@@ -267,7 +280,7 @@ class SqliteStore:
         return int(cur.lastrowid)
 
     async def get(self, cache_id: str) -> Record | None:
-        rows = await self._fetch("SELECT * FROM records WHERE cache_id = ?", (cache_id,))
+        rows = await self._fetch(f"{_SELECT_RECORDS} FROM records WHERE cache_id = ?", (cache_id,))
         return rows[0] if rows else None
 
     async def get_many(self, labels: Sequence[int]) -> list[Record]:
@@ -278,7 +291,7 @@ class SqliteStore:
         for sel in _chunks(selector):
             table, where, params = _where(sel)
             tail = "" if limit is None else f" LIMIT {int(limit)}"
-            out += await self._fetch(f"SELECT * FROM {table} WHERE {where} ORDER BY label DESC{tail}", params)
+            out += await self._fetch(f"{_SELECT_RECORDS} FROM {table} WHERE {where} ORDER BY label DESC{tail}", params)
         out.sort(key=lambda r: -(r.label or 0))
         return out if limit is None else out[:limit]
 
@@ -319,9 +332,12 @@ class SqliteStore:
 
     async def record_hit(self, cache_id: str, now: float) -> None:
         async with self._writing():
-            await self._db.execute(
-                "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?", (now, cache_id)
-            )
+            await self._db.execute(_HIT, (now, cache_id))
+
+    async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
+        async with self._writing():
+            await self._db.execute(_HIT, (now, cache_id))
+            await self._db.execute(_SET_SESSION_LAST, _session_last_row(tenant, session, last))
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         async with self._writing():
@@ -334,12 +350,7 @@ class SqliteStore:
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
         async with self._writing():
-            await self._db.execute(
-                "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
-                "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at",
-                (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time()),
-            )
+            await self._db.execute(_SET_SESSION_LAST, _session_last_row(tenant, session, last))
 
     async def purge_session_last(self, before: float) -> int:
         async with self._writing():
@@ -347,12 +358,13 @@ class SqliteStore:
         return cur.rowcount
 
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
-        async with self._db.execute(
-            "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
-            (tenant, session),
-        ) as cur:
-            row = await cur.fetchone()
-        return SessionLast(str(row[0]), bool(row[1]), str(row[2]), float(row[3])) if row else None
+        rows = list(
+            await self._db.execute_fetchall(
+                "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
+                (tenant, session),
+            )
+        )
+        return SessionLast(str(rows[0][0]), bool(rows[0][1]), str(rows[0][2]), float(rows[0][3])) if rows else None
 
     async def iter_live(self) -> AsyncIterator[Record]:
         async with self._db.execute(

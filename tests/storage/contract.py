@@ -182,6 +182,18 @@ class RecordStoreContract:
         assert await store.session_last("t2", "s1") is None
         assert await store.session_last("t1", "s1") is not None
 
+    async def test_a_hit_served_counts_the_hit_and_sets_the_sessions_last_answer(self, store: RecordStore) -> None:
+        r = await put(store, 1)
+        served = [SessionLast(r.cache_id, True, f"h{n}", NOW + n) for n in range(4)]
+        await asyncio.gather(*(store.record_served(r.cache_id, NOW + 10, "t1", f"s{n}", served[n]) for n in range(4)))
+        got = await store.get(r.cache_id)
+        assert got is not None and got.hit_count == 4 and got.last_hit_at == NOW + 10
+        assert [await store.session_last("t1", f"s{n}") for n in range(4)] == served
+        assert await store.session_last("t2", "s0") is None
+        # a record deleted since the lookup: the session still knows what it was served
+        await store.record_served("sc-missing", NOW, "t1", "s9", SessionLast("sc-missing", True, "h9", NOW))
+        assert await store.session_last("t1", "s9") == SessionLast("sc-missing", True, "h9", NOW)
+
     async def test_iteration_reads_live_records_in_label_order(self, store: RecordStore) -> None:
         a = await put(store, 1, state="pending", user="u")
         await put(store, 2, state="invalid")
