@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.packs import install_pack, load_embedder
 from proxy.http.app import create_app
+from proxy.observability.metrics import Metrics
+from proxy.parts import Parts, open_parts
 from proxy.settings import Settings, load_settings
 from tests.scripted_upstream import Script, scripted_app
 
@@ -48,6 +50,19 @@ def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def sync_embedder(model_home: Path) -> SyncEmbedder:
     return load_embedder(DEFAULT_PACK, model_home, auto_install=False)
+
+
+@pytest.fixture
+async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
+    """The app's parts (the real signer, store, index and policy) on the shipped settings, with no
+    upstream: for tests of signing and deciding without HTTP."""
+    settings = load_settings(
+        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+    )
+    async with open_parts(
+        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
+    ) as p:
+        yield p
 
 
 @dataclass

@@ -4,8 +4,6 @@ and the pure decision over records built from real signatures."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import numpy as np
 import orjson
@@ -13,23 +11,9 @@ import pytest
 
 from proxy.decision.decide import decide
 from proxy.decision.validate import extract_key_facts
-from proxy.embedding.backends import SyncEmbedder
 from proxy.model import Candidate, Record, Signature, Status
-from proxy.observability.metrics import Metrics
 from proxy.openai.request import parse_chat_request
-from proxy.parts import Parts, open_parts
-from proxy.settings import load_settings
-
-
-@pytest.fixture
-async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
-    settings = load_settings(
-        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
-    )
-    async with open_parts(
-        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
-    ) as p:
-        yield p
+from proxy.parts import Parts
 
 
 async def sign(parts: Parts, *turns: str) -> Signature:

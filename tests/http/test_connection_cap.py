@@ -46,6 +46,14 @@ async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tup
     return status, headers, await reader.readexactly(int(headers["content-length"]))
 
 
+async def held_open(listener: Listener, n: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """``n`` keep-alive connections, each past one answered request."""
+    held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(n)]
+    for reader, writer in held:
+        assert (await get(reader, writer))[0] == 200
+    return held
+
+
 async def until(predicate: object, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
@@ -57,9 +65,7 @@ async def test_a_connection_past_the_cap_gets_a_503_and_the_open_ones_are_still_
     capped: tuple[Listener, web.Application],
 ) -> None:
     listener, app = capped
-    held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(3)]
-    for reader, writer in held:
-        assert (await get(reader, writer))[0] == 200
+    held = await held_open(listener, 3)
 
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     status, headers, body = await get(reader, writer)
@@ -83,9 +89,7 @@ async def test_a_slot_freed_by_a_closed_connection_is_taken_by_the_next_client(
     capped: tuple[Listener, web.Application],
 ) -> None:
     listener, _ = capped
-    held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(3)]
-    for reader, writer in held:
-        await get(reader, writer)
+    held = await held_open(listener, 3)
     _, first = held.pop(0)
     first.close()
     await until(lambda: listener.cap.open == 2)

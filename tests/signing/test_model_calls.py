@@ -3,8 +3,7 @@ a second only for a topic switch, whose view differs from the one built in advan
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,10 +12,8 @@ import pytest
 
 from proxy.embedding.backends import SyncEmbedder
 from proxy.model import Signature
-from proxy.observability.metrics import Metrics
 from proxy.openai.request import parse_chat_request
-from proxy.parts import Parts, open_parts
-from proxy.settings import load_settings
+from proxy.parts import Parts
 
 TURNS = (
     "I need a hotel in Cambridge for two nights",
@@ -25,17 +22,6 @@ TURNS = (
     "The Gonville Hotel is central and has free parking.",
     "Does it have wifi?",
 )
-
-
-@pytest.fixture
-async def parts(tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path) -> AsyncIterator[Parts]:
-    settings = load_settings(
-        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
-    )
-    async with open_parts(
-        settings, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics(), backend=sync_embedder
-    ) as p:
-        yield p
 
 
 def counted(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
