@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.embedding.backends import SyncEmbedder, length_groups
+from proxy.embedding.backends import QUIET_THREADS, FastEmbedEmbedder, StringOnnxEmbedder, SyncEmbedder, length_groups
 from proxy.embedding.packs import (
     MANIFEST,
     PACKS,
@@ -316,3 +316,19 @@ def test_fastembed_catalog_model_without_a_hub_fails_clearly(tmp_path: Path, mon
     monkeypatch.setenv("FASTEMBED_CACHE_PATH", str(tmp_path / "empty-cache"))
     with pytest.raises(PackError, match="use an offline pack"):
         load_embedder("fastembed:BAAI/bge-small-en-v1.5", tmp_path)
+
+
+def _sessions(embedder: SyncEmbedder) -> list[object]:
+    if isinstance(embedder, StringOnnxEmbedder):
+        return [embedder._session, embedder._tokenizer]
+    assert isinstance(embedder, FastEmbedEmbedder)
+    return [embedder._model.model.model]
+
+
+@pytest.mark.parametrize("name", ALL_PACKS)
+def test_every_pack_runs_its_model_on_quiet_threads(embedders: dict[str, SyncEmbedder], name: str) -> None:
+    # spinning pool threads would take the CPU that a loaded proxy needs for its requests
+    for session in _sessions(embedders[name]):
+        options = session.get_session_options()  # type: ignore[attr-defined]
+        for key, value in QUIET_THREADS.items():
+            assert options.get_session_config_entry(key) == value
