@@ -21,19 +21,25 @@ from aiohttp import web
 
 from proxy.http import keys
 
-# descriptors kept back from client connections: the upstream pool (512), the store, the model files
+# descriptors kept back from client connections: the upstream pool (512), the store, the model
+# files; a quarter of a limit too small for that
 RESERVED_DESCRIPTORS = 1024
 # how long a refused client has to finish sending its request head before the socket is closed
 REFUSAL_LINGER_S = 2.0
+# refusals waiting for their request head; past it a refused socket is closed at once, unanswered,
+# so a flood of connections cannot spend the descriptors the cap keeps for the proxy
+MAX_REFUSING = 256
 _MAX_REFUSED_HEAD = 64 * 1024
 
 
 def connection_limit(wanted: int, descriptor_limit: int | None = None) -> int:
-    """``wanted``, lowered to what the soft descriptor limit leaves once the proxy's own are kept."""
+    """``wanted``, lowered to what the soft descriptor limit leaves once the proxy's own (and
+    the refusals') are kept."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if descriptor_limit is None else descriptor_limit
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(1, min(wanted, soft - RESERVED_DESCRIPTORS))
+    reserved = min(RESERVED_DESCRIPTORS, soft // 4) + min(MAX_REFUSING, soft // 8)
+    return max(1, min(wanted, soft - reserved))
 
 
 def raise_descriptor_limit() -> int:
@@ -71,8 +77,8 @@ class _Refusal(asyncio.Protocol):
     """Reads the request head (closing before it arrives would reset the socket, and the client
     would see a reset instead of the 503), answers 503 and closes."""
 
-    def __init__(self, answer: bytes) -> None:
-        self._answer, self._seen = answer, b""
+    def __init__(self, answer: bytes, release: Callable[[], None]) -> None:
+        self._answer, self._seen, self._release = answer, b"", release
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -94,6 +100,7 @@ class _Refusal(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         self._transport = None
+        self._release()
 
     def _answer_and_close(self) -> None:
         if self._timer is not None:
@@ -102,6 +109,13 @@ class _Refusal(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(self._answer)
             transport.close()
+
+
+class _Dropped(asyncio.Protocol):
+    """A connection refused while ``MAX_REFUSING`` others wait for their answer: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 class _Counted(asyncio.Protocol):
@@ -140,18 +154,26 @@ class ConnectionCap:
     factory: Callable[[], asyncio.Protocol]
     limit: int
     open: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "refused": 0})
+    refusing: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "refused": 0, "dropped": 0})
 
     def __call__(self) -> asyncio.Protocol:
-        if self.open >= self.limit:
+        if self.open < self.limit:
+            self.open += 1
+            self.counts["accepted"] += 1
+            return _Counted(self.factory(), self._release)
+        if self.refusing < MAX_REFUSING:
+            self.refusing += 1
             self.counts["refused"] += 1
-            return _Refusal(refusal_bytes(self.limit))
-        self.open += 1
-        self.counts["accepted"] += 1
-        return _Counted(self.factory(), self._release)
+            return _Refusal(refusal_bytes(self.limit), self._refused)
+        self.counts["dropped"] += 1
+        return _Dropped()
 
     def _release(self) -> None:
         self.open -= 1
+
+    def _refused(self) -> None:
+        self.refusing -= 1
 
 
 @dataclass
@@ -179,7 +201,8 @@ async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections
     if keys.METRICS in runner.app:
         runner.app[keys.METRICS].tally(
             "smartcache_connections",
-            "Client connections, accepted or refused at the connection cap (max_connections).",
+            "Client connections: accepted, refused with a 503 at the connection cap (max_connections), "
+            "or dropped unanswered while too many refusals were waiting.",
             "outcome",
             lambda: dict(cap.counts),
         )

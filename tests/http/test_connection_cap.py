@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from proxy.http import keys
-from proxy.http.listener import RESERVED_DESCRIPTORS, Listener, connection_limit, listen
+from proxy.http import listener as listener_module
+from proxy.http.listener import MAX_REFUSING, RESERVED_DESCRIPTORS, Listener, connection_limit, listen
 from proxy.observability.metrics import Metrics
 
 
@@ -78,7 +79,7 @@ async def test_a_connection_past_the_cap_gets_a_503_and_the_open_ones_are_still_
 
     for reader, writer in held:  # keep-alive connections under the cap are untouched
         assert (await get(reader, writer))[0] == 200
-    assert listener.cap.counts == {"accepted": 3, "refused": 1}
+    assert listener.cap.counts == {"accepted": 3, "refused": 1, "dropped": 0}
     rendered = app[keys.METRICS].render()[0].decode()
     assert 'smartcache_connections_total{outcome="refused"} 1.0' in rendered
     for _, writer in held:
@@ -121,6 +122,26 @@ async def test_a_refused_client_that_sends_its_body_late_still_reads_the_503(
 
 def test_the_cap_leaves_the_proxy_its_own_descriptors() -> None:
     assert connection_limit(16_384, descriptor_limit=1_048_576) == 16_384
-    assert connection_limit(16_384, descriptor_limit=4_096) == 4_096 - RESERVED_DESCRIPTORS
-    assert connection_limit(16_384, descriptor_limit=512) == 1  # never zero: the proxy still serves
+    assert connection_limit(16_384, descriptor_limit=4_096) == 4_096 - RESERVED_DESCRIPTORS - MAX_REFUSING
+    # a small limit keeps a share, not the whole reserve: a proxy of 0 or 1 connections serves nobody
+    assert connection_limit(16_384, descriptor_limit=1_024) == 1_024 - 256 - 128
     assert connection_limit(100, descriptor_limit=resource.RLIM_INFINITY) == 100
+
+
+async def test_past_the_refusals_it_can_wait_for_a_connection_is_closed_unanswered(
+    capped: tuple[Listener, web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener, _ = capped
+    monkeypatch.setattr(listener_module, "MAX_REFUSING", 2)
+    held = await held_open(listener, 3)
+    waiting = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
+    await until(lambda: listener.cap.refusing == 2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    assert await reader.read() == b""  # closed with nothing said
+    assert listener.cap.counts == {"accepted": 3, "refused": 2, "dropped": 1}
+    for r, w in waiting:  # those waiting still get their 503 once their head arrives
+        w.write(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert (await r.readline()).startswith(b"HTTP/1.1 503")
+    await until(lambda: listener.cap.refusing == 0)
+    for w in (writer, *(w for _, w in (*held, *waiting))):
+        w.close()
