@@ -55,6 +55,8 @@ class StreamTee:
         """Bytes in, bytes to send to the client out (whole events only, until an event outgrows
         ``max_event_bytes``: from then on the bytes as they come)."""
         if self._passthrough:
+            # not parsed any more, but its end still says the upstream finished the stream
+            self.done = self.done or b"data: [DONE]" in data
             return data
         self._buffer += data.replace(b"\r\n", b"\n")
         out = []
@@ -64,6 +66,7 @@ class StreamTee:
                 out.append(event + b"\n\n")
         if len(self._buffer) > self.max_event_bytes:
             self.malformed, self._passthrough = True, True
+            self.done = b"data: [DONE]" in self._buffer
             out.append(self._buffer)
             self._buffer = b""
         return b"".join(out)

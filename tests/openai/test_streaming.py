@@ -55,5 +55,8 @@ def test_bytes_that_never_close_an_event_are_relayed_as_they_come_and_not_held()
     assert first == chunk("Hi")
     flood = b"data: " + b"x" * 2000  # no blank line: one event that never ends
     assert tee.feed(flood) == flood and tee.feed(b"yyy") == b"yyy"
-    assert tee.malformed and not tee.complete
+    assert tee.malformed and not tee.complete and not tee.done
     assert len(tee._buffer) == 0
+    # its end still counts as the end: the relay then adds no error event after the upstream's [DONE]
+    assert tee.feed(b"\n\ndata: [DONE]\n\n") == b"\n\ndata: [DONE]\n\n"
+    assert tee.done and not tee.complete
