@@ -62,8 +62,8 @@ async def hit(store: RecordStore, labels: list[int], rng: np.random.Generator) -
     session = f"s{rng.integers(500)}"
     await store.session_last("t1", session)
     found = await store.get_many([int(x) for x in rng.choice(labels, TOP_K)])
-    await store.record_hit(found[0].cache_id, time.time())
-    await store.set_session_last("t1", session, SessionLast(found[0].cache_id, True, "h"))
+    now = time.time()
+    await store.record_served(found[0].cache_id, now, "t1", session, SessionLast(found[0].cache_id, True, "h"))
 
 
 async def miss(store: RecordStore, labels: list[int], rng: np.random.Generator, n: int) -> None:

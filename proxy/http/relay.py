@@ -94,11 +94,10 @@ async def relay_stream(
             out.ending = Ending.CLIENT_GONE
             return Relayed(response, tee.usage or {})
     out.response_id = tee.response_id
-    whole = tee.done and not tee.tool_calls and not tee.malformed and not tee.oversized
     return Relayed(
         response,
         tee.usage or {},
-        tee.text if whole else None,
+        tee.text if tee.whole else None,
         tee.finish_reason,
         tee.complete and bool(tee.text.strip()),
     )

@@ -41,15 +41,14 @@ class StreamTee:
         return "".join(self.text_parts)
 
     @property
+    def whole(self) -> bool:
+        """The stream ended with [DONE] and the tee holds all of its plain text."""
+        return self.done and not self.tool_calls and not self.malformed and not self.oversized
+
+    @property
     def complete(self) -> bool:
-        """Only a stream that ended with [DONE] after a normal stop is an answer worth storing."""
-        return (
-            self.done
-            and self.finish_reason == "stop"
-            and not self.tool_calls
-            and not self.malformed
-            and not self.oversized
-        )
+        """Only a whole stream that ended with a normal stop is an answer worth storing."""
+        return self.whole and self.finish_reason == "stop"
 
     def feed(self, data: bytes) -> bytes:
         """Bytes in, bytes to send to the client out (whole events only, until an event outgrows

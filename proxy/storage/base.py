@@ -233,10 +233,9 @@ class RecordStore(Protocol):
         """Remove the selected records; the refs returned are those this call removed."""
         ...
 
-    async def record_hit(self, cache_id: str, now: float) -> None: ...
-
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
-        """``record_hit`` and ``set_session_last`` as one write: both are on every hit's path."""
+        """A hit: the record's hit count and last hit time, and the session's last answer (as
+        ``set_session_last``), in one write. A record gone since the lookup counts nothing."""
         ...
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:

@@ -270,10 +270,6 @@ class RedisStore:
                 out += pairs(await self._delete(args=args))
         return out
 
-    async def record_hit(self, cache_id: str, now: float) -> None:
-        with _unavailable():
-            await self._hit(args=[self.prefix, cache_id, repr(now)])
-
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         with _unavailable():
             score = await self._feedback(args=[self.prefix, cache_id, repr(delta)])

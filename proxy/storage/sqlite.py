@@ -330,10 +330,6 @@ class SqliteStore:
                 await (await self._db.execute("PRAGMA incremental_vacuum(256)")).close()
         return out
 
-    async def record_hit(self, cache_id: str, now: float) -> None:
-        async with self._writing():
-            await self._db.execute(_HIT, (now, cache_id))
-
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
         async with self._writing():
             await self._db.execute(_HIT, (now, cache_id))

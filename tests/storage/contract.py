@@ -52,6 +52,11 @@ def make_record(n: int = 0, **changes: Any) -> Record:
     return dataclasses.replace(base, **changes)
 
 
+async def served(store: RecordStore, cache_id: str, now: float) -> None:
+    """A hit as the cache counts it, in a session of its own."""
+    await store.record_served(cache_id, now, "t-hits", "s-hits", SessionLast(cache_id, True, "h", now))
+
+
 async def put(store: RecordStore, n: int = 0, **changes: Any) -> Record:
     record = make_record(n, **changes)
     return dataclasses.replace(record, label=await store.insert(record))
@@ -161,7 +166,7 @@ class RecordStoreContract:
 
     async def test_hits_and_feedback_are_counted_and_clamped(self, store: RecordStore) -> None:
         r = await put(store, 1)
-        await asyncio.gather(*(store.record_hit(r.cache_id, NOW + 10) for _ in range(5)))
+        await asyncio.gather(*(served(store, r.cache_id, NOW + 10) for _ in range(5)))
         assert await store.add_feedback(r.cache_id, -0.5) == pytest.approx(0.5)
         await asyncio.gather(*(store.add_feedback(r.cache_id, 0.01) for _ in range(10)))
         got = await store.get(r.cache_id)
@@ -170,7 +175,7 @@ class RecordStoreContract:
         assert await store.add_feedback(r.cache_id, 5.0) == pytest.approx(1.0)
         assert await store.add_feedback(r.cache_id, -5.0) == pytest.approx(0.0)
         assert await store.add_feedback("sc-missing", 0.1) is None
-        await store.record_hit("sc-missing", NOW)  # a record deleted meanwhile: nothing happens
+        await served(store, "sc-missing", NOW)  # a record deleted meanwhile: nothing happens
 
     async def test_session_last_is_kept_per_session_and_purged_when_idle(self, store: RecordStore) -> None:
         assert await store.session_last("t1", "s1") is None
@@ -223,7 +228,7 @@ class RecordStoreContract:
         for n, r in enumerate(base):
             writes += [
                 store.insert(make_record(100 + n)),
-                store.record_hit(r.cache_id, NOW),
+                served(store, r.cache_id, NOW),
                 store.add_feedback(r.cache_id, -0.01),
                 store.set_session_last("t1", f"s-{n}", SessionLast(r.cache_id, True, "h", NOW)),
             ]
@@ -237,7 +242,7 @@ class RecordStoreContract:
 
     async def test_usage_counts_and_bytes_describe_the_live_records(self, store: RecordStore) -> None:
         a = await put(store, 1, created_at=NOW - 100)
-        await store.record_hit(a.cache_id, NOW)
+        await served(store, a.cache_id, NOW)
         b = await put(store, 2, intent="travel", scope="tenant")
         await put(store, 3, state="rejected")
         assert sorted(await store.usage()) == [
