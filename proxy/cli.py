@@ -72,15 +72,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 async def _serve(settings: Settings) -> None:
-    from proxy.http.admin import reload_policy
     from proxy.http.app import create_app
-    from proxy.http.listener import listen, raise_descriptor_limit
+    from proxy.http.listener import raise_descriptor_limit, serving
 
     raise_descriptor_limit()
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    listener = await listen(runner, settings.host, settings.port, max_connections=settings.max_connections)
+    async with serving(app, settings.host, settings.port, max_connections=settings.max_connections):
+        await _until_stopped(app, settings)
+
+
+async def _until_stopped(app: web.Application, settings: Settings) -> None:
+    """Serve until SIGINT or SIGTERM; SIGHUP reloads the policy."""
+    from proxy.http.admin import reload_policy
+
     print(
         f"SmartCache listening on http://{settings.host}:{settings.port}/v1 -> {app[_upstream_key()]}; "
         f"feedback window {settings.ready_after:g} s: a new answer is served from the cache only after it "
@@ -108,11 +112,7 @@ async def _serve(settings: Settings) -> None:
         task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
-    try:
-        await stop.wait()
-    finally:
-        listener.close()
-        await runner.cleanup()
+    await stop.wait()
 
 
 def _upstream_key() -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -189,6 +189,22 @@ class Listener:
         """Stop accepting. Not waiting for the connections to close (``wait_closed`` does, on
         Python 3.12+): ``runner.cleanup()`` closes them, after it."""
         self.server.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, host: str, port: int, *, max_connections: int) -> AsyncIterator[Listener]:
+    """``app`` started and listening on ``host:port`` until the block ends; then no new
+    connections, the open ones closed and the app's cleanup run, also when listening failed."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        listener = await listen(runner, host, port, max_connections=max_connections)
+        try:
+            yield listener
+        finally:
+            listener.close()
+    finally:
+        await runner.cleanup()
 
 
 async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections: int) -> Listener:

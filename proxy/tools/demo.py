@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from aiohttp import web
 from rich.console import Console
 from rich.table import Table
 
 from proxy.http.app import UPSTREAM_URL, create_app
-from proxy.http.listener import listen
+from proxy.http.listener import serving
 from proxy.settings import Settings
 from proxy.tools.stats import Snapshot, metrics_url, parse_metrics
 
@@ -181,11 +180,7 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
     console = console or Console()
     console.print("starting the local llama.cpp engine and the SmartCache proxy ...")
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    listener = None
-    try:
-        listener = await listen(runner, settings.host, settings.port, max_connections=settings.max_connections)
+    async with serving(app, settings.host, settings.port, max_connections=settings.max_connections) as listener:
         base_url = f"http://{settings.host}:{listener.port}/v1"
         console.print(f"proxy {base_url} -> engine {app[UPSTREAM_URL]}")
         results = await run_script(base_url)
@@ -198,7 +193,3 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
             )
             await _until_interrupted()
         return results
-    finally:
-        if listener is not None:
-            listener.close()
-        await runner.cleanup()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -15,7 +16,7 @@ from aiohttp import web
 
 from proxy.http import keys
 from proxy.http import listener as listener_module
-from proxy.http.listener import MAX_REFUSING, RESERVED_DESCRIPTORS, Listener, connection_limit, listen
+from proxy.http.listener import MAX_REFUSING, RESERVED_DESCRIPTORS, Listener, connection_limit, serving
 from proxy.observability.metrics import Metrics
 
 
@@ -28,12 +29,8 @@ async def capped() -> AsyncIterator[tuple[Listener, web.Application]]:
     app = web.Application()
     app.router.add_get("/hello", hello)
     app[keys.METRICS] = Metrics()
-    runner = web.AppRunner(app)
-    await runner.setup()
-    listener = await listen(runner, "127.0.0.1", 0, max_connections=3)
-    yield listener, app
-    listener.close()
-    await runner.cleanup()
+    async with serving(app, "127.0.0.1", 0, max_connections=3) as listener:
+        yield listener, app
 
 
 async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[int, dict[str, str], bytes]:
@@ -145,3 +142,20 @@ async def test_past_the_refusals_it_can_wait_for_a_connection_is_closed_unanswer
     await until(lambda: listener.cap.refusing == 0)
     for w in (writer, *(w for _, w in (*held, *waiting))):
         w.close()
+
+
+async def test_an_app_that_cannot_listen_is_cleaned_up_all_the_same() -> None:
+    cleaned: list[bool] = []
+    app = web.Application()
+
+    async def on_cleanup(_: web.Application) -> None:
+        cleaned.append(True)
+
+    app.on_cleanup.append(on_cleanup)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError):
+            async with serving(app, "127.0.0.1", taken.getsockname()[1], max_connections=3):
+                pass
+    assert cleaned == [True]  # the store and the data-dir lock are let go, as on a normal stop
