@@ -10,7 +10,10 @@ Modes, each with its own fresh sessions and texts so no mode feeds another:
 - ``hit_paraphrase``: a travel question asked again in other words in its session;
 - ``half_hit``: a general question asked again in other words, in the policy's candidate zone
   (forwarded upstream with the context reused);
-- ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is.
+- ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is;
+- ``*_raced``: miss, paraphrase hit and half-hit again through a second proxy, beside the first,
+  that races the upstream (``race_upstream: on``, README "Racing the upstream"): the upstream call
+  goes out while the lookup runs. The first proxy runs with ``race_upstream: off``.
 
 Seeding requests (the first asking of a pair) are not timed. Every mode runs once per round, in
 an order rotated each round; the table shows the median over rounds of each round's p50/p95/p99
@@ -55,7 +58,9 @@ from measurement import DEFAULT_MODEL_HOME, envelope, fmt, median_of, process_cp
 from soak import ProxyProcess, free_port
 from soak_upstream import Delays, Tally, soak_upstream
 
-MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
+MODES = PLAIN_MODES + RACED_MODES
 EXPECT = {
     "direct": "-",
     "miss": "miss",
@@ -63,6 +68,9 @@ EXPECT = {
     "hit_paraphrase": "hit",
     "half_hit": "half-hit",
     "bypass": "bypass",
+    "miss_raced": "miss",
+    "hit_paraphrase_raced": "hit",
+    "half_hit_raced": "half-hit",
 }
 CITIES = (
     "Lisbon",
@@ -138,6 +146,7 @@ class Workload:
         return [self._probe(mode) for _ in range(n)]
 
     def _probe(self, mode: str) -> Probe:
+        mode = mode.removesuffix("_raced")
         i = next(self._counter)
         question = f"Question number {i}: what is {i} times {i + 7}?"
         if mode in ("direct", "miss"):
@@ -184,14 +193,15 @@ async def run_mode(
     mode: str,
     probes: Sequence[Probe],
     urls: dict[str, str],
-    pid: int,
+    pids: dict[str, int],
     tag: str,
     result: ModeResult,
 ) -> None:
-    url = urls["direct"] if mode == "direct" else urls["proxy"]
+    url = urls["direct"] if mode == "direct" else urls["raced" if mode.endswith("_raced") else "proxy"]
     for i, probe in enumerate(probes):
         if probe.seed is not None:
             await post(session, url, probe.seed, f"{tag}-{i}")
+    pid = pids["raced" if mode.endswith("_raced") else "proxy"]
     cpu0 = process_cpu_seconds(pid)
     timed = [await post(session, url, p.ask, f"{tag}-{i}", p.extra) for i, p in enumerate(probes)]
     cpu = process_cpu_seconds(pid) - cpu0
@@ -228,13 +238,16 @@ class Serving:
     direct: str  # the upstream's chat URL
     proxy: str  # the proxy's chat URL
     pid: int  # the proxy process
+    raced: str | None = None  # a second proxy that races the upstream, when asked for
+    raced_pid: int | None = None
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    upstream_ms: float, pack: str, model_home: Path, env: dict[str, str] | None = None
+    upstream_ms: float, pack: str, model_home: Path, env: dict[str, str] | None = None, *, raced: bool = False
 ) -> AsyncIterator[Serving]:
-    """The scripted upstream in this process and a proxy process in front of it, both on loopback."""
+    """The scripted upstream in this process and a proxy process in front of it, both on loopback;
+    ``raced``: a second proxy beside it that races the upstream (the first never does)."""
     logging.getLogger("aiohttp").setLevel(logging.ERROR)
     delays = Delays(first_byte=(upstream_ms / 1000,) * 2)
     runner = web.AppRunner(soak_upstream(delays, Tally(), random.Random(0)), access_log=None)
@@ -247,17 +260,29 @@ async def serving(
         "SMARTCACHE_LOG_LEVEL": "warning",
         "SMARTCACHE_MODEL_HOME": str(model_home),
         "SMARTCACHE_EMBEDDING_MODEL": pack,
+        "SMARTCACHE_RACE_UPSTREAM": "off",
         **(env or {}),
     }
     work = Path(tempfile.mkdtemp(prefix="smartcache-bench-"))
-    proxy = ProxyProcess(f"http://127.0.0.1:{up_port}/v1", work / "data", proxy_env)
+    up = f"http://127.0.0.1:{up_port}/v1"
+    proxy = ProxyProcess(up, work / "data", proxy_env)
+    second = ProxyProcess(up, work / "raced", {**proxy_env, "SMARTCACHE_RACE_UPSTREAM": "on"}) if raced else None
     try:
         await proxy.start()
         assert proxy.proc is not None
+        if second is not None:
+            await second.start()
+            assert second.proc is not None
         yield Serving(
-            f"http://127.0.0.1:{up_port}/v1/chat/completions", proxy.url + "/v1/chat/completions", proxy.proc.pid
+            f"{up}/chat/completions",
+            proxy.url + "/v1/chat/completions",
+            proxy.proc.pid,
+            second.url + "/v1/chat/completions" if second is not None else None,
+            second.proc.pid if second is not None and second.proc is not None else None,
         )
     finally:
+        if second is not None:
+            second.stop()
         proxy.stop()
         await runner.cleanup()
         shutil.rmtree(work, ignore_errors=True)
@@ -267,6 +292,8 @@ async def warm_up(s: aiohttp.ClientSession, target: Serving) -> None:
     """Loads the graph's kernels and opens the sockets before anything is timed."""
     for i in range(3):
         await post(s, target.proxy, f"warm-up question {i}", "warm")
+        if target.raced is not None:
+            await post(s, target.raced, f"warm-up question {i}", "warm")
         await post(s, target.direct, f"warm-up question {i}", "warm")
 
 
@@ -279,18 +306,20 @@ async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    results = {mode: ModeResult() for mode in MODES}
+    modes = MODES if args.race else PLAIN_MODES
+    results = {mode: ModeResult() for mode in modes}
     work_gen = Workload(args.seed)
     throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
-    async with serving(args.upstream_ms, args.pack, args.model_home) as target:
-        urls = {"direct": target.direct, "proxy": target.proxy}
+    async with serving(args.upstream_ms, args.pack, args.model_home, raced=args.race) as target:
+        urls = {"direct": target.direct, "proxy": target.proxy, "raced": target.raced or ""}
+        pids = {"proxy": target.pid, "raced": target.raced_pid or 0}
         connector = aiohttp.TCPConnector(limit=max(args.clients) + 8)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as s:
             await warm_up(s, target)
             for r in range(args.rounds):
-                for mode in rotated(MODES, r):
+                for mode in rotated(modes, r):
                     probes = work_gen.probes(mode, args.n)
-                    await run_mode(s, mode, probes, urls, target.pid, f"r{r}-{mode}", results[mode])
+                    await run_mode(s, mode, probes, urls, pids, f"r{r}-{mode}", results[mode])
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             pool = await seed_pool(s, target.proxy)
             for r in range(args.rounds):
@@ -377,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pack", default="e5-small-multilingual")
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-race", dest="race", action="store_false", help="skip the second, racing proxy")
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_overhead.json")
     args = ap.parse_args(argv)
     if args.quick:

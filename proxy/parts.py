@@ -17,6 +17,7 @@ from proxy.embedding.batching import BatchingEmbedder
 from proxy.embedding.packs import load_embedder
 from proxy.feedback import HitJudge
 from proxy.http.chat import ChatService
+from proxy.http.race import races
 from proxy.observability.metrics import Metrics
 from proxy.planner import PolicyBox
 from proxy.policy import Policy, check_embedding_model, load_policy
@@ -341,6 +342,7 @@ async def open_parts(
             coalescer=Coalescer() if s.coalesce else None,
             prewarmer=prewarmer,
             prewarm_all=s.prewarm,
+            race=races(s.race_upstream, flavour),
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
         await stack.aclose()  # the feed stops first: the index it changes is saved quiet

@@ -8,6 +8,7 @@ here, so what they measure is what serving does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.cache import SemanticCache
@@ -54,19 +55,27 @@ class Planner:
         *,
         system_version: str | None = None,
         stages: dict[str, float] | None = None,
+        before_model: Callable[[], None] | None = None,
     ) -> Plan:
         """A shared store that is down, or an embedder that is behind, costs the cache, never the
-        request: either plans a bypass."""
+        request: either plans a bypass. ``before_model``: called once signing is about to wait for
+        the embedding model (a request whose texts are all known, such as an exact repeat, never
+        waits)."""
         stages = {} if stages is None else stages
         try:
-            return await self._plan(req, who, system_version, stages)
+            return await self._plan(req, who, system_version, stages, before_model)
         except StoreUnavailable:
             return Plan(Status.BYPASS, Reason.STORE_UNAVAILABLE)
         except Overloaded:
             return Plan(Status.BYPASS, Reason.OVERLOADED)
 
     async def _plan(
-        self, req: ChatRequest, who: Identity, system_version: str | None, stages: dict[str, float]
+        self,
+        req: ChatRequest,
+        who: Identity,
+        system_version: str | None,
+        stages: dict[str, float],
+        before_model: Callable[[], None] | None,
     ) -> Plan:
         if req.bypass_reason:
             return Plan(Status.BYPASS, req.bypass_reason)
@@ -77,7 +86,7 @@ class Planner:
         if feedback is Reason.SESSION_RESET:
             return Plan(Status.BYPASS, feedback)
         t = time.perf_counter()
-        sig = await self.signer.sign(req, conv, system_version=system_version, stages=stages)
+        sig = await self.signer.sign(req, conv, system_version=system_version, stages=stages, before_model=before_model)
         # stages are disjoint: sign is normalising and tagging, embed the model calls within it
         stages["sign"] = reading + time.perf_counter() - t - stages.get("embed", 0.0)
         policy = self.policy_box.policy.for_intent(sig.tags.intent)

@@ -103,6 +103,9 @@ class Settings:
     prewarm: bool = False
     prewarm_concurrency: int = 2  # prewarms in flight at once; more are dropped, never queued
     coalesce: bool = True  # concurrent identical requests share one upstream call (proxy/coalesce.py)
+    # send the upstream call while the cache decides, and cancel it on a hit (proxy/http/race.py):
+    # auto races the engines that abort a cancelled request (vllm, sglang, llamacpp), not a paid API
+    race_upstream: str = "auto"
     # the pair verifier, loaded at start when an intent of the policy sets verify_accept (proxy/verify);
     # off: those intents serve no hits. Local files only, never a download.
     verify: bool = True
@@ -165,6 +168,7 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("store", s.store in ("sqlite", "redis"), "sqlite or redis"),
         ("redis_url", s.redis_url.startswith(("redis://", "rediss://", "unix://")), "a redis:// URL"),
         ("redis_vector_search", s.redis_vector_search in ("auto", "off"), "auto or off"),
+        ("race_upstream", s.race_upstream in ("auto", "on", "off"), "auto, on or off"),
         ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
         ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
         ("max_messages", s.max_messages >= 1, ">= 1"),

@@ -23,6 +23,8 @@ class Script:
     # when set, every call waits for it (after ``delay``): a test releases the upstream once what
     # it arranged (followers queued behind one call) is in place, whatever the machine's speed
     hold: asyncio.Event | None = None
+    # last user text of each call whose client had gone by the time it was to be answered
+    aborted: list[str] = field(default_factory=list)
 
     def answer_for(self, body: dict[str, Any]) -> str:
         users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
@@ -49,10 +51,18 @@ def scripted_app(script: Script) -> web.Application:
         body = await request.json()
         script.calls.append(body)
         script.headers.append(dict(request.headers))
-        if script.delay:
-            await asyncio.sleep(script.delay)
-        if script.hold is not None:
-            await script.hold.wait()
+        users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
+        try:
+            if script.delay:
+                await asyncio.sleep(script.delay)
+            if script.hold is not None:
+                await script.hold.wait()
+        except asyncio.CancelledError:  # aiohttp cancels a handler whose client has gone
+            script.aborted.append(str(users[-1]) if users else "")
+            raise
+        if request.transport is None or request.transport.is_closing():
+            script.aborted.append(str(users[-1]) if users else "")
+            return web.Response(status=499)
         if script.mode == "error500":
             return web.json_response(
                 {"error": {"message": "engine exploded", "type": "server_error", "param": None, "code": "boom"}},

@@ -20,7 +20,8 @@ from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
 from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
-from proxy.http.relay import relay_json, relay_stream
+from proxy.http.race import Kind, RacedCall
+from proxy.http.relay import Relayed, opened_stream, relay_json, relay_stream
 from proxy.identity import Identity
 from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
@@ -55,6 +56,7 @@ class ChatService:
         coalescer: coalesce.Coalescer | None = None,
         prewarmer: Prewarmer | None = None,
         prewarm_all: bool = False,
+        race: frozenset[Kind] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.signer, self.policy_box = cache, signer, policy_box
@@ -83,6 +85,15 @@ class ChatService:
                 "outcome",
                 lambda: {"sent": prewarmer.sent, "dropped": prewarmer.dropped, "failed": prewarmer.failed},
             )
+        self.race = race  # kinds of request whose upstream call goes out while the cache decides
+        self.races = {"relayed": 0, "cancelled": 0}
+        if race:
+            metrics.tally(
+                "smartcache_raced_upstream_calls",
+                "Upstream calls sent while the cache decided: relayed (not a hit) or cancelled (a hit).",
+                "outcome",
+                lambda: dict(self.races),
+            )
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
@@ -96,9 +107,26 @@ class ChatService:
         return response
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
-        plan = await self.planner.plan(
-            req, who, system_version=http.headers.get("x-smartcache-system-version"), stages=out.stages
-        )
+        race: RacedCall | None = None
+
+        def start_race() -> None:
+            # only once the lookup is to wait for the model: a repeat decides in a few ms unraced
+            nonlocal race
+            if race is None:
+                race = self._raced(req, who, http)
+
+        try:
+            plan = await self.planner.plan(
+                req,
+                who,
+                system_version=http.headers.get("x-smartcache-system-version"),
+                stages=out.stages,
+                before_model=start_race if ("stream" if req.stream else "json") in self.race else None,
+            )
+        except BaseException:
+            if race is not None:
+                await self._drop(race)
+            raise
         out.signature, out.decision = plan.signature, plan.decision
         if plan.signature is not None:
             out.intent = plan.signature.tags.intent
@@ -106,8 +134,18 @@ class ChatService:
             out.score = plan.decision.score
         if plan.status is Status.HIT and plan.decision is not None and plan.decision.record is not None:
             assert plan.signature is not None and plan.policy is not None
+            if race is not None:
+                await self._drop(race)
             return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
-        return await self._forward(http, req, who, out, plan)
+        return await self._forward(http, req, who, out, plan, race)
+
+    def _raced(self, req: ChatRequest, who: Identity, http: web.Request) -> RacedCall:
+        body, headers, _ = self._upstream_request(req, who, http)
+        return RacedCall(self.upstream, body, headers, stream=req.stream)
+
+    async def _drop(self, race: RacedCall) -> None:
+        self.races["cancelled"] += 1
+        await race.cancel()
 
     async def _serve(
         self,
@@ -197,7 +235,7 @@ class ChatService:
         return body, headers, strip_usage
 
     async def _forward(
-        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: RacedCall | None
     ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
         store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
@@ -205,13 +243,16 @@ class ChatService:
         # request asks for an answer of its own
         table = self.coalescer if store is not None and plan.reason not in coalesce.NEVER_COALESCE else None
         if table is None:
-            return await self._call_upstream(http, req, who, out, store, None)
+            return await self._call_upstream(http, req, who, out, store, None, race)
         key = coalesce.coalesce_key(req, who)
         for _ in range(coalesce.FOLLOW_ATTEMPTS):
             flight = table.follow(key)
             if flight is None:  # no await since follow(): the flight led below is the only one
                 with table.lead(key) as flight:
-                    return await self._call_upstream(http, req, who, out, store, flight)
+                    return await self._call_upstream(http, req, who, out, store, flight, race)
+            if race is not None:  # the leader's call answers this request: ours is one too many
+                await self._drop(race)
+                race = None
             if (response := await self._follow(http, req, out, flight)) is not None:
                 return response
         # leaders keep losing their answers (clients gone, streams cut): stop waiting on them
@@ -247,24 +288,22 @@ class ChatService:
         out: Outcome,
         store: tuple[Signature, IntentPolicy] | None,
         flight: coalesce.Flight | None,
+        race: RacedCall | None = None,
     ) -> web.StreamResponse:
         body, headers, strip_usage = self._upstream_request(req, who, http)
         t = time.perf_counter()
         try:
             ours = functools.partial(self._headers, http, out)
-            if req.stream:
-                relayed = await relay_stream(
-                    self.upstream,
-                    http,
-                    body,
-                    headers,
-                    strip_usage=strip_usage,
-                    out=out,
-                    ours=ours,
-                    metrics=self.metrics,
-                )
+            if race is not None:
+                self.races["relayed"] += 1
+                relayed = await self._relay_raced(http, race, strip_usage, out, ours)
+            elif req.stream:
+                async with opened_stream(self.upstream, body, headers) as resp:
+                    relayed = await relay_stream(
+                        self.upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=self.metrics
+                    )
             else:
-                relayed = await relay_json(self.upstream, body, headers, out, ours)
+                relayed = relay_json(await self.upstream.chat_json(body, headers), out, ours)
         except UpstreamError as exc:
             self.metrics.upstream_error(type(exc).__name__)
             out.upstream_status = exc.status
@@ -279,6 +318,19 @@ class ChatService:
             cache_id = out.cache_id if out.stored else None
             flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
         return relayed.response
+
+    async def _relay_raced(
+        self, http: web.Request, race: RacedCall, strip_usage: bool, out: Outcome, ours: Callable[[], dict[str, str]]
+    ) -> Relayed:
+        try:
+            if not race.stream_mode:
+                return relay_json(await race.json(), out, ours)
+            resp = await race.stream()
+            return await relay_stream(
+                self.upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=self.metrics
+            )
+        finally:
+            await race.close()
 
     async def _write_back(
         self,

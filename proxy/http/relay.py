@@ -5,10 +5,11 @@ in-band error event, as OpenAI's own do; nothing but a whole answer is ever mark
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import orjson
 from aiohttp import web
 
@@ -17,7 +18,7 @@ from proxy.http.outcome import Ending, Outcome
 from proxy.observability.metrics import Metrics
 from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.upstream import coalesce
-from proxy.upstream.client import Upstream, chat_headers
+from proxy.upstream.client import JsonAnswer, Upstream, chat_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,7 @@ class Relayed:
 OurHeaders = Callable[[], dict[str, str]]
 
 
-async def relay_json(upstream: Upstream, body: dict[str, Any], headers: dict[str, str], out: Outcome,
-                     ours: OurHeaders) -> Relayed:  # fmt: skip
-    answer = await upstream.chat_json(body, headers)
+def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
     out.upstream_status = answer.status
     storable, usage = answer_of_completion(answer.body)
     if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
@@ -49,50 +48,58 @@ async def relay_json(upstream: Upstream, body: dict[str, Any], headers: dict[str
     return Relayed(response, usage, text, finish, storable is not None)
 
 
+@contextlib.asynccontextmanager
+async def opened_stream(
+    upstream: Upstream, body: dict[str, Any], headers: dict[str, str]
+) -> AsyncIterator[httpx.Response]:
+    """A streamed chat call whose status line said success; an error status raises."""
+    async with upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body)) as resp:
+        if resp.status_code >= 400:
+            raise await upstream.read_error(resp)
+        yield resp
+
+
 async def relay_stream(
     upstream: Upstream,
     http: web.Request,
-    body: dict[str, Any],
-    headers: dict[str, str],
+    resp: httpx.Response,
     *,
     strip_usage: bool,
     out: Outcome,
     ours: OurHeaders,
     metrics: Metrics,
 ) -> Relayed:
+    """``resp``: an opened stream (``opened_stream``, or a raced call's), its body unread."""
     tee = StreamTee(strip_usage=strip_usage)
-    async with upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body)) as resp:
-        if resp.status_code >= 400:
-            raise await upstream.read_error(resp)
-        out.upstream_status = resp.status_code
-        response = web.StreamResponse(
-            status=resp.status_code,
-            headers={
-                **chat_headers(resp.headers),
-                **ours(),
-                "Content-Type": resp.headers.get("content-type", "text/event-stream"),
-                "Cache-Control": "no-cache",
-            },
-        )
-        await response.prepare(http)
-        try:
-            async for chunk in upstream.iter_bytes(resp):
-                if data := tee.feed(chunk):
-                    await response.write(data)
-            if rest := tee.flush():
-                await response.write(rest)
-            if not tee.done:
-                raise UpstreamUnavailable("upstream stream ended before [DONE]")
-            await response.write_eof()
-        except UpstreamError as exc:
-            # the status line is gone already: say so in-band, as OpenAI does, and store nothing
-            metrics.upstream_error(type(exc).__name__)
-            out.ending = Ending.UPSTREAM_CUT
-            await end_with_error(response, exc)
-            return Relayed(response, tee.usage or {})
-        except ConnectionResetError:
-            out.ending = Ending.CLIENT_GONE
-            return Relayed(response, tee.usage or {})
+    out.upstream_status = resp.status_code
+    response = web.StreamResponse(
+        status=resp.status_code,
+        headers={
+            **chat_headers(resp.headers),
+            **ours(),
+            "Content-Type": resp.headers.get("content-type", "text/event-stream"),
+            "Cache-Control": "no-cache",
+        },
+    )
+    await response.prepare(http)
+    try:
+        async for chunk in upstream.iter_bytes(resp):
+            if data := tee.feed(chunk):
+                await response.write(data)
+        if rest := tee.flush():
+            await response.write(rest)
+        if not tee.done:
+            raise UpstreamUnavailable("upstream stream ended before [DONE]")
+        await response.write_eof()
+    except UpstreamError as exc:
+        # the status line is gone already: say so in-band, as OpenAI does, and store nothing
+        metrics.upstream_error(type(exc).__name__)
+        out.ending = Ending.UPSTREAM_CUT
+        await end_with_error(response, exc)
+        return Relayed(response, tee.usage or {})
+    except ConnectionResetError:
+        out.ending = Ending.CLIENT_GONE
+        return Relayed(response, tee.usage or {})
     out.response_id = tee.response_id
     return Relayed(
         response,

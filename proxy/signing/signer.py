@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,10 +64,18 @@ class ContextSigner:
         """Entities of a normalised turn, kept like its vector: history turns recur every request."""
         return self._entities.remember(norm, extract_entities)
 
-    async def vectors(self, texts: Sequence[str], stages: dict[str, float] | None = None) -> list[np.ndarray]:
-        """Embeddings by content hash; only texts not seen before reach the model, in one call."""
+    async def vectors(
+        self,
+        texts: Sequence[str],
+        stages: dict[str, float] | None = None,
+        before_model: Callable[[], None] | None = None,
+    ) -> list[np.ndarray]:
+        """Embeddings by content hash; only texts not seen before reach the model, in one call.
+        ``before_model`` is called just before that call, the one slow step of signing."""
         missing = list(dict.fromkeys(t for t in texts if self._vectors.get(_key(t)) is None))
         if missing:
+            if before_model is not None:
+                before_model()
             t0 = time.perf_counter()
             for text, vec in zip(missing, await self.embedder.embed(missing), strict=True):
                 self._vectors.put(_key(text), vec)
@@ -87,6 +95,7 @@ class ContextSigner:
         *,
         system_version: str | None = None,
         stages: dict[str, float] | None = None,
+        before_model: Callable[[], None] | None = None,
     ) -> Signature:
         s = self.settings
         conv = conv or self.read(request)
@@ -96,7 +105,7 @@ class ContextSigner:
         # nearly always does), so the question, the recent turns and the view reach the model in
         # one call; a switch then embeds its own, shorter view
         kept_view = self._view(conv.system, history, current)
-        vecs = await self.vectors([current, *recent, kept_view[0], *kept_view[1]], stages)
+        vecs = await self.vectors([current, *recent, kept_view[0], *kept_view[1]], stages, before_model)
         vecs = vecs[: 1 + len(recent)]
         running = self._running_intent(recent, vecs[1:])
         guess = self.classifier.classify(current, vecs[0], running=running)
@@ -112,7 +121,7 @@ class ContextSigner:
         entities = merge_entities(users, self.entities(current))
         spv = system_version or conv.system_version
         view, dropped = self._view(conv.system, view_turns, current) if switch else kept_view
-        vector = await self._view_vector(view, dropped, stages)
+        vector = await self._view_vector(view, dropped, stages, before_model)
         asked, asked_before, reply_head = verifier_context(conv.current_raw, view_turns)
         tags = CoarseTags(
             intent=guess.intent,
@@ -221,9 +230,13 @@ class ContextSigner:
         return text(), dropped
 
     async def _view_vector(
-        self, view: str, dropped: Sequence[str], stages: dict[str, float] | None = None
+        self,
+        view: str,
+        dropped: Sequence[str],
+        stages: dict[str, float] | None = None,
+        before_model: Callable[[], None] | None = None,
     ) -> np.ndarray:
-        vecs = await self.vectors([view, *dropped], stages)
+        vecs = await self.vectors([view, *dropped], stages, before_model)
         vector = vecs[0]
         if dropped:
             # recency weights: later dropped turns weigh more; the view keeps most of the mass

@@ -6,6 +6,7 @@ the measured start-up time, prefill rate and cached-token counts (lines starting
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import re
@@ -362,3 +363,61 @@ def test_engine_config_round_trips_through_the_command_line() -> None:
     assert argv[argv.index("--parallel") + 1] == "3"
     assert argv[argv.index("--model") + 1] == "/m/x.gguf"
     assert config.model_id == "x"
+
+
+async def predicted_tokens(http: httpx.AsyncClient) -> float:
+    text = (await http.get("/metrics")).text
+    found = re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.MULTILINE)
+    assert found is not None, text
+    return float(found.group(1))
+
+
+async def slots_busy(http: httpx.AsyncClient) -> int:
+    return sum(1 for slot in (await http.get("/slots")).json() if slot.get("is_processing"))
+
+
+async def cancelled_after_it_starts(
+    engine: LocalEngine, http: httpx.AsyncClient, *, stream: bool, tokens: int
+) -> float:
+    """Races a call of ``tokens`` tokens, cancels it once the engine is on it, and waits for the
+    engine's slots to be free: the tokens it generated."""
+    from proxy.http.race import RacedCall
+    from proxy.upstream.client import Upstream
+
+    upstream = Upstream(engine.base_url, timeout=120.0, connect_timeout=10.0)
+    before = await predicted_tokens(http)
+    body = {"messages": conversation(f"Lyon {stream}"), "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+    race = RacedCall(upstream, {**body, "stream": stream}, {}, stream=stream)
+    async with asyncio.timeout(60):
+        while await slots_busy(http) == 0:  # the engine has the request
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    await race.cancel()
+    async with asyncio.timeout(120):
+        while await slots_busy(http):
+            await asyncio.sleep(0.05)
+    await upstream.close()
+    return await predicted_tokens(http) - before
+
+
+@module_loop
+async def test_a_cancelled_raced_stream_stops_the_engine_generating(
+    engine: LocalEngine, http: httpx.AsyncClient
+) -> None:
+    """What racing the upstream rests on (proxy/http/race.py): when a hit cancels the streamed
+    call it raced, llama.cpp stops that request and frees its slot instead of generating on."""
+    generated = await cancelled_after_it_starts(engine, http, stream=True, tokens=3000)
+    print(f"\n[engine] a raced stream cancelled after 0.3 s had generated {generated:.0f} of 3000 tokens")
+    assert generated < 3000
+
+
+@module_loop
+async def test_a_cancelled_non_streamed_call_is_generated_to_its_end(
+    engine: LocalEngine, http: httpx.AsyncClient
+) -> None:
+    """Why ``race_upstream: auto`` races only streams on llama.cpp: its server does not notice a
+    non-streamed request's client going, so a cancelled race would cost the whole generation.
+    Should a new engine stop such a request, this fails, and auto can race JSON requests too."""
+    generated = await cancelled_after_it_starts(engine, http, stream=False, tokens=200)
+    print(f"\n[engine] a non-streamed call cancelled after 0.3 s still generated {generated:.0f} of 200 tokens")
+    assert generated >= 200

@@ -1,0 +1,89 @@
+"""The upstream call sent while the cache decides (README "Racing the upstream").
+
+Embedding and searching take tens of milliseconds on a CPU; an LLM takes longer than that to its
+first token. Sent at once, a miss's answer is already under way when the lookup says miss, so a
+miss costs about the relay and not the lookup. A hit cancels the call: closing the connection is
+how a client aborts an engine's request (vLLM, SGLang and llama.cpp stop it and free its slot),
+so the hit still saves the generation, though not the prefill already done. A paid API may bill
+a request it has begun, and llama.cpp's server notices a gone client only on a stream (a
+non-streamed request generates to its end: tests/upstream/test_engine.py), which is why what
+races is chosen per upstream flavour and kind of request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import httpx
+import orjson
+
+from proxy.upstream.client import JsonAnswer, Upstream
+
+Kind = Literal["json", "stream"]
+BOTH: frozenset[Kind] = frozenset({"json", "stream"})
+# what each engine stops when its client goes, so that a cancelled race costs only its prefill
+ABORTED_BY_FLAVOUR: dict[str, frozenset[Kind]] = {
+    "vllm": BOTH,
+    "sglang": BOTH,
+    "llamacpp": frozenset({"stream"}),
+}
+
+
+def races(mode: str, flavour: str) -> frozenset[Kind]:
+    """The kinds of request that race the upstream; ``auto``: those the flavour aborts when cancelled."""
+    if mode == "on":
+        return BOTH
+    return ABORTED_BY_FLAVOUR.get(flavour, frozenset()) if mode == "auto" else frozenset()
+
+
+class RacedCall:
+    """One chat request's upstream call, started before its plan is known.
+
+    A streamed call is opened (status line checked; an error status raises as it would on the
+    plain path) and left unread, so the bytes wait in the socket until the plan says miss. A
+    JSON call is read whole. Either way the caller ends it exactly once: by taking its answer
+    (``json`` or ``stream``, then ``close``) or by ``cancel``.
+    """
+
+    def __init__(
+        self, upstream: Upstream, body: Mapping[str, Any], headers: Mapping[str, str], *, stream: bool
+    ) -> None:
+        self.upstream, self.stream_mode = upstream, stream
+        self._exits = contextlib.AsyncExitStack()
+        self._task: asyncio.Task[Any] = asyncio.ensure_future(
+            self._open_stream(body, headers) if stream else upstream.chat_json(body, headers)
+        )
+
+    async def _open_stream(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> httpx.Response:
+        opened = self.upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body))
+        resp = await self._exits.enter_async_context(opened)
+        if resp.status_code >= 400:
+            raise await self.upstream.read_error(resp)
+        return resp
+
+    async def json(self) -> JsonAnswer:
+        """The whole answer; an upstream error raises here, as ``Upstream.chat_json`` would."""
+        assert not self.stream_mode
+        answer: JsonAnswer = await self._task
+        return answer
+
+    async def stream(self) -> httpx.Response:
+        """The opened stream, its body unread; ``close`` releases it."""
+        assert self.stream_mode
+        resp: httpx.Response = await self._task
+        return resp
+
+    async def close(self) -> None:
+        await self._exits.aclose()
+
+    async def cancel(self) -> None:
+        """Abandon the call: a request still being sent is cancelled, an opened stream closed."""
+        self._task.cancel()
+        # wait() raises neither the task's error nor its cancel, only a cancel of our own
+        await asyncio.wait([self._task])
+        if not self._task.cancelled():
+            self._task.exception()  # whatever it came to no longer matters; retrieved, so not logged
+        await self.close()
