@@ -114,9 +114,38 @@ CITIES = (
     "Toronto",
     "Chicago",
 )
-SIGHTS = ("main train station", "old town", "cathedral", "central market", "harbour", "city museum")
+SIGHTS = (
+    "main train station",
+    "old town",
+    "cathedral",
+    "central market",
+    "harbour",
+    "city museum",
+    "opera house",
+    "botanical garden",
+    "university",
+    "airport",
+    "royal palace",
+    "football stadium",
+    "congress centre",
+    "main square",
+    "zoo",
+)
 VERBS = ("reset", "change", "export", "delete", "share", "renew")
-THINGS = ("password", "invoice", "account", "subscription", "profile")
+THINGS = (
+    "password",
+    "invoice",
+    "account",
+    "subscription",
+    "profile",
+    "payment method",
+    "email address",
+    "phone number",
+    "shipping address",
+    "notification settings",
+    "privacy settings",
+    "order history",
+)
 T = TypeVar("T")
 APPS = ("mobile", "desktop", "web", "tablet", "banking", "shopping", "travel", "music")
 
@@ -132,11 +161,13 @@ class Probe:
 
 class Workload:
     """Fresh texts for every mode and round: repeated texts would let the signer's vector cache
-    skip the embedding on the second round."""
+    skip the embedding on the second round. A mode's k-th paraphrase pair is the k-th of its
+    shuffled pool, so a raced mode asks its proxy what the plain mode asked the other."""
 
     def __init__(self, seed: int) -> None:
         rng = random.Random(seed)
         self._counter = itertools.count(1)
+        self._drawn: collections.Counter[str] = collections.Counter()
         self._hotels = [(c, s) for c in CITIES for s in SIGHTS]
         self._accounts = [(v, t, a) for v in VERBS for t in THINGS for a in APPS]
         rng.shuffle(self._hotels)
@@ -146,6 +177,8 @@ class Workload:
         return [self._probe(mode) for _ in range(n)]
 
     def _probe(self, mode: str) -> Probe:
+        k = self._drawn[mode]
+        self._drawn[mode] += 1
         mode = mode.removesuffix("_raced")
         i = next(self._counter)
         question = f"Question number {i}: what is {i} times {i + 7}?"
@@ -156,12 +189,12 @@ class Workload:
         if mode == "bypass":
             return Probe(question, extra={"logprobs": True})
         if mode == "hit_paraphrase":
-            city, sight = self._hotels[i % len(self._hotels)]
+            city, sight = self._hotels[k % len(self._hotels)]
             return Probe(
                 f"Can you suggest a hotel close to the {sight} in {city}?",
                 seed=f"Suggest a hotel near the {sight} in {city}",
             )
-        verb, thing, app = self._accounts[i % len(self._accounts)]
+        verb, thing, app = self._accounts[k % len(self._accounts)]
         return Probe(
             f"How can I {verb} my {thing} in the {app} app?", seed=f"How do I {verb} my {thing} in the {app} app?"
         )
