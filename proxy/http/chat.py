@@ -20,8 +20,8 @@ from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
 from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
-from proxy.http.race import Kind, RacedCall
-from proxy.http.relay import Relayed, opened_stream, relay_json, relay_stream
+from proxy.http.race import Kind, UpstreamCall
+from proxy.http.relay import relay_json, relay_stream
 from proxy.identity import Identity
 from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
@@ -107,13 +107,13 @@ class ChatService:
         return response
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
-        race: RacedCall | None = None
+        race: UpstreamCall | None = None
 
         def start_race() -> None:
             # only once the lookup is to wait for the model: a repeat decides in a few ms unraced
             nonlocal race
             if race is None:
-                race = self._raced(req, who, http)
+                race = self._send(req, who, http)
 
         try:
             plan = await self.planner.plan(
@@ -139,11 +139,11 @@ class ChatService:
             return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
         return await self._forward(http, req, who, out, plan, race)
 
-    def _raced(self, req: ChatRequest, who: Identity, http: web.Request) -> RacedCall:
-        body, headers, _ = self._upstream_request(req, who, http)
-        return RacedCall(self.upstream, body, headers, stream=req.stream)
+    def _send(self, req: ChatRequest, who: Identity, http: web.Request) -> UpstreamCall:
+        body, headers = self._upstream_request(req, who, http)
+        return UpstreamCall(self.upstream, body, headers, stream=req.stream)
 
-    async def _drop(self, race: RacedCall) -> None:
+    async def _drop(self, race: UpstreamCall) -> None:
         self.races["cancelled"] += 1
         await race.cancel()
 
@@ -224,18 +224,15 @@ class ChatService:
 
     def _upstream_request(
         self, req: ChatRequest, who: Identity, http: web.Request
-    ) -> tuple[dict[str, Any], dict[str, str], bool]:
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         body = dict(req.forward_body)
-        strip_usage = False
-        if req.stream and not req.include_usage:
+        if strips_usage(req):
             # ask for usage so token accounting works, and strip the extra chunk on the way back
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-            strip_usage = True
-        body, headers = self._hinted(body, req, who, http)
-        return body, headers, strip_usage
+        return self._hinted(body, req, who, http)
 
     async def _forward(
-        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: RacedCall | None
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
     ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
         store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
@@ -288,22 +285,27 @@ class ChatService:
         out: Outcome,
         store: tuple[Signature, IntentPolicy] | None,
         flight: coalesce.Flight | None,
-        race: RacedCall | None = None,
+        race: UpstreamCall | None = None,
     ) -> web.StreamResponse:
-        body, headers, strip_usage = self._upstream_request(req, who, http)
+        if race is not None:  # sent while the cache decided
+            self.races["relayed"] += 1
         t = time.perf_counter()
+        call = race or self._send(req, who, http)
         try:
             ours = functools.partial(self._headers, http, out)
-            if race is not None:
-                self.races["relayed"] += 1
-                relayed = await self._relay_raced(http, race, strip_usage, out, ours)
-            elif req.stream:
-                async with opened_stream(self.upstream, body, headers) as resp:
+            if req.stream:
+                async with call.opened() as resp:
                     relayed = await relay_stream(
-                        self.upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=self.metrics
+                        self.upstream,
+                        http,
+                        resp,
+                        strip_usage=strips_usage(req),
+                        out=out,
+                        ours=ours,
+                        metrics=self.metrics,
                     )
             else:
-                relayed = relay_json(await self.upstream.chat_json(body, headers), out, ours)
+                relayed = relay_json(await call.json(), out, ours)
         except UpstreamError as exc:
             self.metrics.upstream_error(type(exc).__name__)
             out.upstream_status = exc.status
@@ -318,19 +320,6 @@ class ChatService:
             cache_id = out.cache_id if out.stored else None
             flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
         return relayed.response
-
-    async def _relay_raced(
-        self, http: web.Request, race: RacedCall, strip_usage: bool, out: Outcome, ours: Callable[[], dict[str, str]]
-    ) -> Relayed:
-        try:
-            if not race.stream_mode:
-                return relay_json(await race.json(), out, ours)
-            resp = await race.stream()
-            return await relay_stream(
-                self.upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=self.metrics
-            )
-        finally:
-            await race.close()
 
     async def _write_back(
         self,
@@ -371,3 +360,8 @@ class ChatService:
         if out.response_id:
             self.responses.put(out.response_id, record.cache_id)
         self.metrics.write("ready" if record.state == "ready" else "pending")
+
+
+def strips_usage(req: ChatRequest) -> bool:
+    """A stream whose client did not ask for usage: we ask for it, and strip it on the way back."""
+    return req.stream and not req.include_usage

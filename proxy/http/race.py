@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import httpx
-import orjson
 
+from proxy.http.relay import opened_stream
 from proxy.upstream.client import JsonAnswer, Upstream
 
 Kind = Literal["json", "stream"]
@@ -39,45 +39,36 @@ def races(mode: str, flavour: str) -> frozenset[Kind]:
     return ABORTED_BY_FLAVOUR.get(flavour, frozenset()) if mode == "auto" else frozenset()
 
 
-class RacedCall:
-    """One chat request's upstream call, started before its plan is known.
+class UpstreamCall:
+    """One chat request's upstream call, running as a task from the moment it is made: before the
+    plan is known when racing, once the plan says forward otherwise.
 
-    A streamed call is opened (status line checked; an error status raises as it would on the
+    A streamed call is opened (``relay.opened_stream``: an error status raises as it would on the
     plain path) and left unread, so the bytes wait in the socket until the plan says miss. A
-    JSON call is read whole. Either way the caller ends it exactly once: by taking its answer
-    (``json`` or ``stream``, then ``close``) or by ``cancel``.
+    JSON call is read whole. The caller ends it exactly once: by taking its answer (``json``, or
+    ``opened`` for a stream) or by ``cancel``.
     """
 
-    def __init__(
-        self, upstream: Upstream, body: Mapping[str, Any], headers: Mapping[str, str], *, stream: bool
-    ) -> None:
-        self.upstream, self.stream_mode = upstream, stream
+    def __init__(self, upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, stream: bool) -> None:
         self._exits = contextlib.AsyncExitStack()
         self._task: asyncio.Task[Any] = asyncio.ensure_future(
-            self._open_stream(body, headers) if stream else upstream.chat_json(body, headers)
+            self._exits.enter_async_context(opened_stream(upstream, body, headers))
+            if stream
+            else upstream.chat_json(body, headers)
         )
-
-    async def _open_stream(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> httpx.Response:
-        opened = self.upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body))
-        resp = await self._exits.enter_async_context(opened)
-        if resp.status_code >= 400:
-            raise await self.upstream.read_error(resp)
-        return resp
 
     async def json(self) -> JsonAnswer:
         """The whole answer; an upstream error raises here, as ``Upstream.chat_json`` would."""
-        assert not self.stream_mode
         answer: JsonAnswer = await self._task
         return answer
 
-    async def stream(self) -> httpx.Response:
-        """The opened stream, its body unread; ``close`` releases it."""
-        assert self.stream_mode
-        resp: httpx.Response = await self._task
-        return resp
-
-    async def close(self) -> None:
-        await self._exits.aclose()
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[httpx.Response]:
+        """The opened stream, its body unread, released when the block ends."""
+        try:
+            yield await self._task
+        finally:
+            await self._exits.aclose()
 
     async def cancel(self) -> None:
         """Abandon the call: a request still being sent is cancelled, an opened stream closed."""
@@ -86,4 +77,4 @@ class RacedCall:
         await asyncio.wait([self._task])
         if not self._task.cancelled():
             self._task.exception()  # whatever it came to no longer matters; retrieved, so not logged
-        await self.close()
+        await self._exits.aclose()

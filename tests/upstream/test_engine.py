@@ -381,13 +381,13 @@ async def cancelled_after_it_starts(
 ) -> float:
     """Races a call of ``tokens`` tokens, cancels it once the engine is on it, and waits for the
     engine's slots to be free: the tokens it generated."""
-    from proxy.http.race import RacedCall
+    from proxy.http.race import UpstreamCall
     from proxy.upstream.client import Upstream
 
     upstream = Upstream(engine.base_url, timeout=120.0, connect_timeout=10.0)
     before = await predicted_tokens(http)
     body = {"messages": conversation(f"Lyon {stream}"), "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    race = RacedCall(upstream, {**body, "stream": stream}, {}, stream=stream)
+    race = UpstreamCall(upstream, {**body, "stream": stream}, {}, stream=stream)
     async with asyncio.timeout(60):
         while await slots_busy(http) == 0:  # the engine has the request
             await asyncio.sleep(0.05)
