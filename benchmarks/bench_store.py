@@ -13,7 +13,8 @@ per-tenant index and the in-memory filter maps. Reported:
 - the cost of keeping that many records: insert rate, load time, filtered top-k search
   latency, and one lifecycle sweep (expiry, capacity check, gauges) with nothing to evict and
   when one record over capacity (it evicts down to the 95 % low-water mark); and the start of
-the next process from the index snapshot saved at shutdown, against the rebuild.
+the next process from the index snapshot and the mirror's keys saved at shutdown, against the
+rebuild.
 
     .venv/bin/python benchmarks/bench_store.py [--records 100000] [--answer-chars 800] [--lang en|zh]
 
@@ -48,6 +49,7 @@ from proxy.lifecycle import Capacity, Lifecycle
 from proxy.model import Record
 from proxy.observability.metrics import Metrics
 from proxy.storage.hnsw import HnswIndex
+from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.mirror import Want
 from proxy.storage.sqlite import SqliteStore
 
@@ -225,14 +227,19 @@ async def measure(n: int, dim: int, chars: int, lang: str, directory: Path) -> R
     index_file = directory / "index.hnsw"
     t = time.perf_counter()
     cache.index.save(index_file, stamp="bench")
+    save_keys(keys_path(index_file), cache.keys, stamp="bench")
     snapshot_save_s = time.perf_counter() - t
-    # the start of the next process: the saved graph, levelled with SQLite, instead of a rebuild
+    # the start of the next process: the saved graph and keys, levelled with SQLite, instead of a rebuild
     t = time.perf_counter()
-    snapshot = HnswIndex.from_snapshot(index_file, dim=dim, stamp="bench")
+    snapshot, saved = (
+        HnswIndex.from_snapshot(index_file, dim=dim, stamp="bench"),
+        load_keys(keys_path(index_file), stamp="bench"),
+    )
     restarted = SemanticCache(store, HnswIndex(dim), ready_after=0.0, top_k=8)
-    assert await restarted.load(snapshot=snapshot) == n and restarted.index.labels() == cache.index.labels()
+    assert await restarted.load(snapshot=snapshot, saved_keys=saved) == n
+    assert restarted.index.labels() == cache.index.labels() and restarted.keys == cache.keys
     snapshot_load_s = time.perf_counter() - t
-    del restarted, snapshot
+    del restarted, snapshot, saved
     release_heap()
     rng = np.random.default_rng(11)
     tenant = "t-" + f"{3:024x}"
@@ -289,8 +296,8 @@ def report(r: Result, chars: int, lang: str) -> str:
         ),
         ("load() rebuilding the index (start without a snapshot)", f"{r.load_s:,.1f} s"),
         (
-            "start from the shutdown snapshot (load + level with SQLite)",
-            f"{r.snapshot_load_s:,.1f} s  (saving it: {r.snapshot_save_s:,.1f} s)",
+            "start from the shutdown snapshot and keys (load + level with SQLite)",
+            f"{r.snapshot_load_s:,.1f} s  (saving both: {r.snapshot_save_s:,.1f} s)",
         ),
         ("top-8 search, no filter (every partition: no lookup does this)", f"{r.search_ms_any:.2f} ms"),
         ("top-8 search, one tenant of 50 (one version of 7)", f"{r.search_ms_tenant:.2f} ms"),

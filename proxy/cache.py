@@ -11,7 +11,7 @@ import contextlib
 import gc
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -93,11 +93,13 @@ class SemanticCache:
         self._index_lock = asyncio.Lock()
         self._rebuild: _Rebuild | None = None
 
-    async def load(self, *, snapshot: HnswIndex | None = None) -> int:
+    async def load(self, *, snapshot: HnswIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None) -> int:
         """Rebuild the index from the store, the source of truth: at start, and to compact it. At start
         a ``snapshot`` of the graph (saved at the last shutdown) can stand in for the rebuild: it is
         brought level with the store, adding what was written and dropping what died since, so even
-        a stale one from before a crash serves exactly the live records.
+        a stale one from before a crash serves exactly the live records. With the snapshot, the
+        keys saved beside it (``saved_keys``, proxy.storage.keyfile) stand in for reading every
+        live record's key: only the live labels are read, and the keys of those not saved.
 
         Requests go on meanwhile against the old graph; writes and deletes that land during the
         rebuild are logged and replayed onto the new one, so none is lost and none comes back."""
@@ -110,7 +112,11 @@ class SemanticCache:
             # a million keys are read here, none of them in a cycle: the collector would walk the
             # growing heap again and again (a third of the time at 1M records)
             gc.disable()
-            fresh = await self._read(pools, None if snapshot is not None else self.index.fresh())
+            if snapshot is not None and saved_keys is not None:
+                await self._read_saved(pools, saved_keys)
+                fresh = None
+            else:
+                fresh = await self._read(pools, None if snapshot is not None else self.index.fresh())
             if fresh is None:
                 assert snapshot is not None
                 await self._level(snapshot, pools)
@@ -141,6 +147,15 @@ class SemanticCache:
         if into is not None and batch:
             await asyncio.to_thread(_add_rows, into, batch)
         return into
+
+    async def _read_saved(self, pools: Pools, saved: Mapping[int, IndexKey]) -> None:
+        """Every live record's key into ``pools``: a label's key never changes, so a saved one is
+        its key still; the store is asked only for the labels written since the save."""
+        live = await self.store.live_labels()
+        pools.add_many((label, key) for label in live if (key := saved.get(label)) is not None)
+        unsaved = sorted(label for label in live if label not in saved)
+        for row in await self.store.index_rows(unsaved, vectors=False):
+            pools.add(row.label, row.key)
 
     async def _level(self, snapshot: HnswIndex, pools: Pools) -> None:
         """Labels are never reused and a record's vector and key never change, so the difference of

@@ -24,9 +24,10 @@ from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
-from proxy.storage.base import RecordStore, Selector, StoreUnavailable
+from proxy.storage.base import IndexKey, RecordStore, Selector, StoreUnavailable
 from proxy.storage.feed import ChangeFeed, FeedCheckpoint
 from proxy.storage.hnsw import HnswIndex
+from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.redis import RedisStore
 from proxy.storage.redis_versions import BEAT_S, PolicyVersions
 from proxy.storage.sqlite import SqliteStore
@@ -63,11 +64,25 @@ def _snapshot(path: Path, dim: int, stamp: str) -> HnswIndex | None:
         return None
 
 
-async def _save_snapshot(index: HnswIndex, path: Path, stamp: str) -> None:
+def _saved_keys(path: Path, stamp: str) -> dict[int, IndexKey] | None:
     try:
-        await asyncio.to_thread(index.save, path, stamp=stamp)
+        return load_keys(keys_path(path), stamp=stamp)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # unusable saved keys cost reading every key from the store, never the start
+        log.warning("index.saved_keys_unusable", path=str(keys_path(path)), error=str(exc)[:200])
+        return None
+
+
+async def _save_snapshot(cache: SemanticCache, path: Path, stamp: str) -> None:
+    try:
+        await asyncio.to_thread(cache.index.save, path, stamp=stamp)
     except (OSError, RuntimeError) as exc:
         log.warning("index.snapshot_not_saved", path=str(path), error=str(exc))
+    keys = dict(cache.keys)  # copied on the loop: the thread must not read a dict that changes
+    try:
+        await asyncio.to_thread(save_keys, keys_path(path), keys, stamp=stamp)
+    except OSError as exc:
+        log.warning("index.keys_not_saved", path=str(keys_path(path)), error=str(exc))
 
 
 def load_policy_for(s: Settings) -> Policy:
@@ -130,13 +145,17 @@ async def following(
     snapshot: HnswIndex | None,
     resume: FeedCheckpoint | None,
     metrics: Metrics,
+    saved_keys: dict[int, IndexKey] | None = None,
 ) -> AsyncIterator[tuple[ChangeFeed | None, int]]:
     """The index loaded (how many records it holds) and, for a store other replicas write to, the
     change feed that keeps it level until the parts close. Resuming (``cache`` holds the index
     ``resume`` describes), only the events since are applied; otherwise the feed is positioned
-    before the index reads the records, so nothing written meanwhile is missed."""
+    before the index reads the records, so nothing written meanwhile is missed.
+
+    ``saved_keys`` serve a store this process alone writes: a shared one's live labels include
+    records of policy versions this replica does not serve, and it resumes by its checkpoint."""
     if not isinstance(store, RedisStore):
-        yield None, await cache.load(snapshot=snapshot)
+        yield None, await cache.load(snapshot=snapshot, saved_keys=saved_keys if snapshot is not None else None)
         return
     feed = ChangeFeed(store, cache, gauges=metrics)
     if resume is not None:
@@ -315,13 +334,18 @@ async def open_parts(
         stamp = f"{s.embedding_model} dim={backend.dim} store={store_id}"
         snapshot = await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
         resume = resume_point(s, snapshot, store_id, policy.version)
+        saved = None
+        if snapshot is not None and not isinstance(store, RedisStore):
+            saved = await asyncio.to_thread(_saved_keys, s.index_snapshot_path, stamp)
         index = snapshot if resume is not None and snapshot is not None else HnswIndex(backend.dim)
         cache = SemanticCache(store, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifying)
         for label, key in (resume.keys if resume is not None else {}).items():
             cache.pools.add(label, key)
         await stack.enter_async_context(keeping_versions(store, cache, box))
         feed, loaded = await stack.enter_async_context(
-            following(store, cache, snapshot=None if resume else snapshot, resume=resume, metrics=metrics)
+            following(
+                store, cache, snapshot=None if resume else snapshot, resume=resume, metrics=metrics, saved_keys=saved
+            )
         )
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
@@ -346,7 +370,7 @@ async def open_parts(
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
         await stack.aclose()  # the feed stops first: the index it changes is saved quiet
-        await _save_snapshot(cache.index, s.index_snapshot_path, stamp)
+        await _save_snapshot(cache, s.index_snapshot_path, stamp)
         if feed is not None:
             await _save_checkpoint(feed, cache, box.policy.version, checkpoint_path(s))
     finally:

@@ -9,7 +9,7 @@ so the wider lookup's filter is a handful of vectorised comparisons over a tenan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -49,15 +49,22 @@ class Pools:
     answer_bytes: int = 0  # of all live answers
 
     def add(self, label: int, key: IndexKey) -> None:
-        old = self.keys.get(label)
-        self.answer_bytes += key.answer_bytes - (old.answer_bytes if old else 0)
-        self.keys[label] = key
-        session = (key.tenant, key.session)
-        pool = self.sessions.get(session)
-        if pool is None:  # not setdefault: that builds a set per call, a million of them at start
-            self.sessions[session] = {label}
-        else:
-            pool.add(label)
+        self.add_many(((label, key),))
+
+    def add_many(self, items: Iterable[tuple[int, IndexKey]]) -> None:
+        """Labels with their keys; a start adds a million, so the loop is here, not a call a label."""
+        keys, sessions = self.keys, self.sessions
+        size = 0
+        for label, key in items:
+            old = keys.get(label)
+            size += key.answer_bytes - (old.answer_bytes if old else 0)
+            keys[label] = key
+            pool = sessions.get(session := (key.tenant, key.session))
+            if pool is None:  # not setdefault: that builds a set per call, a million of them at start
+                sessions[session] = {label}
+            else:
+                pool.add(label)
+        self.answer_bytes += size
 
     def discard(self, label: int) -> None:
         key = self.keys.pop(label, None)

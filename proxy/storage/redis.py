@@ -310,12 +310,13 @@ class RedisStore:
         with _unavailable():
             return int(await self._purge_last(args=[self.prefix, repr(before)]))
 
-    async def _livelabels(self) -> list[int]:
+    async def live_labels(self) -> list[int]:
+        """Every live label, of every policy version (``index_rows`` reads only the serving one's)."""
         with _unavailable():
             return as_labels(await self._r.zrange(self._k("live"), 0, -1))
 
     async def iter_live(self) -> AsyncIterator[Record]:
-        labels = await self._livelabels()
+        labels = await self.live_labels()
         for i in range(0, len(labels), BATCH):
             for record in await self.get_many(labels[i : i + BATCH]):
                 if record.state in LIVE:
@@ -332,7 +333,7 @@ class RedisStore:
         ]
 
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
-        labels = await self._livelabels()
+        labels = await self.live_labels()
         for i in range(0, len(labels), BATCH):
             for row in await self.index_rows(labels[i : i + BATCH], vectors=vectors):
                 yield row
@@ -343,7 +344,7 @@ class RedisStore:
         return [(label, bytes(h[b"vector"])) for label, h in zip(ordered, found, strict=True) if h]
 
     async def usage(self) -> list[Usage]:
-        labels = await self._livelabels()
+        labels = await self.live_labels()
         fields = ("label", "cache_id", "last_hit_at", "created_at", "hit_count", "answer_bytes")
         out = []
         for h in await self._hashes(labels, fields):

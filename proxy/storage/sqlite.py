@@ -375,13 +375,37 @@ class SqliteStore:
 
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
         columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+        # a scan in the table's own (label) order: by records_state the planner fetches each row by
+        # a lookup of its own and sorts them all again (4.9 against 3.9 s at 1M records, all live)
         async with self._db.execute(
-            f"SELECT {', '.join(columns)} FROM records WHERE state IN ({_marks(len(LIVE_STATES))}) ORDER BY label",
+            f"SELECT {', '.join(columns)} FROM records NOT INDEXED WHERE state IN ({_marks(len(LIVE_STATES))}) "
+            "ORDER BY label",
             [str(s) for s in LIVE_STATES],
         ) as cur:
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
                     yield _index_row(row)
+
+    async def live_labels(self) -> list[int]:
+        # records_state covers it: the table itself is not read (0.6 s at 1M records)
+        async with self._db.execute(
+            f"SELECT label FROM records WHERE state IN ({_marks(len(LIVE_STATES))})", [str(s) for s in LIVE_STATES]
+        ) as cur:
+            return [label for (label,) in await cur.fetchall()]
+
+    async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]:
+        columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+        live = [str(s) for s in LIVE_STATES]
+        out: list[IndexRow] = []
+        for start in range(0, len(labels), ID_CHUNK):
+            chunk = list(labels[start : start + ID_CHUNK])
+            async with self._db.execute(
+                f"SELECT {', '.join(columns)} FROM records WHERE label IN ({_marks(len(chunk))}) "
+                f"AND state IN ({_marks(len(live))}) ORDER BY label",
+                [*chunk, *live],
+            ) as cur:
+                out += map(_index_row, await cur.fetchall())
+        return out
 
     async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []

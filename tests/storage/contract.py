@@ -220,6 +220,20 @@ class RecordStoreContract:
         assert [row.vector async for row in store.iter_index_rows(vectors=False)] == [None, None]
         assert await store.vectors_of([c.label or 0, a.label or 0]) == [(a.label, a.vector), (c.label, c.vector)]
 
+    async def test_live_labels_and_the_index_rows_of_chosen_labels(self, store: RecordStore) -> None:
+        a = await put(store, 1, state="pending", user="u")
+        dead = await put(store, 2, state="invalid")
+        c = await put(store, 3, scope="tenant")
+        assert sorted(await store.live_labels()) == [a.label, c.label]
+        wanted = [c.label or 0, dead.label or 0, 999, a.label or 0]
+        rows = sorted(await store.index_rows(wanted, vectors=False))
+        assert [row.label for row in rows] == [a.label, c.label]  # the live ones
+        assert [row.vector for row in rows] == [None, None]
+        assert [row.key for row in rows] == [row.key async for row in store.iter_index_rows(vectors=False)]
+        assert rows[0].key.user == "u" and rows[1].key.scope == "tenant"
+        assert [row.vector for row in await store.index_rows([c.label or 0])] == [c.vector]
+        assert await store.index_rows([]) == []
+
     async def test_concurrent_writes_of_every_kind_all_land(self, store: RecordStore) -> None:
         """Requests write at once (answers stored, hits counted, feedback, invalidations), each
         with statements and a commit of its own; none of them may fail for another's sake."""

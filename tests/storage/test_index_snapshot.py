@@ -1,7 +1,7 @@
-"""The HNSW graph is saved at shutdown and loaded at start instead of rebuilt from SQLite, then
-brought level with SQLite: what was written after the snapshot is added, what died is dropped, and
-a snapshot of another database, model or shape, or a damaged one, costs a rebuild, never a wrong
-neighbour."""
+"""The HNSW graph and the mirror's keys are saved at shutdown and loaded at start instead of read
+and rebuilt from SQLite, then brought level with SQLite: what was written after the snapshot is
+added, what died is dropped, and a snapshot of another database, model or shape, or a damaged one,
+costs a rebuild, never a wrong neighbour."""
 
 from __future__ import annotations
 
@@ -68,17 +68,17 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     assert (await chat(client, ask("What is the tallest mountain in Europe?")))[0] == "miss"
     await first.stop()
     snapshot = data / "index.hnsw"
-    assert snapshot.is_file() and Path(f"{snapshot}.json").is_file()
+    assert snapshot.is_file() and Path(f"{snapshot}.json").is_file() and Path(f"{snapshot}.keys").is_file()
     old = tmp_path / "old"
     old.mkdir()
-    for f in (snapshot, Path(f"{snapshot}.json")):
+    for f in (snapshot, Path(f"{snapshot}.json"), Path(f"{snapshot}.keys")):
         shutil.copy(f, old / f.name)
 
     second = await make_proxy()
     client = second.client(**{"x-smartcache-session": "s"})
     assert (await chat(client, ask("How long is the river Danube?")))[0] == "miss"
     await second.stop()
-    # a stale snapshot (from before the Danube answer) and the Elbrus answer invalidated since
+    # a stale snapshot and stale keys (from before the Danube answer), the Elbrus answer invalidated since
     for f in old.iterdir():
         shutil.copy(f, data / f.name)
     store = await SqliteStore.open(data / "cache.sqlite3")
@@ -88,7 +88,11 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
     def no_rebuild(self: HnswIndex) -> HnswIndex:
         raise AssertionError("the index was rebuilt instead of loaded")
 
+    async def no_full_read(self: SqliteStore, *, vectors: bool = True) -> None:
+        raise AssertionError("every key was read from the store instead of the saved ones")
+
     monkeypatch.setattr(HnswIndex, "fresh", no_rebuild)
+    monkeypatch.setattr(SqliteStore, "iter_index_rows", no_full_read)
     third = await make_proxy()
     assert third.app[keys.CACHE].index.labels() == {2}
     client = third.client(**{"x-smartcache-session": "s"})
@@ -98,7 +102,7 @@ async def test_restart_loads_the_snapshot_and_levels_it_with_sqlite(
 
 
 @pytest.mark.slow
-async def test_a_recreated_database_or_a_damaged_snapshot_means_a_rebuild(
+async def test_a_recreated_database_or_a_damaged_snapshot_or_keys_file_means_a_rebuild(
     make_proxy: ProxyFactory, upstream: Upstream, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
@@ -119,3 +123,9 @@ async def test_a_recreated_database_or_a_damaged_snapshot_means_a_rebuild(
     client = third.client(**{"x-smartcache-session": "s"})
     assert (await chat(client, ask("What is the tallest mountain in Europe ?")))[0] == "hit"
     await third.stop()
+    (data / "index.hnsw.keys").write_bytes(b"\x04\x00\x00\x00\x00\x00\x00\x00junk")  # the graph is whole
+    fourth = await make_proxy()
+    assert set(fourth.app[keys.CACHE].keys) == {1} and fourth.app[keys.CACHE].index.labels() == {1}
+    client = fourth.client(**{"x-smartcache-session": "s"})
+    assert (await chat(client, ask("what is the tallest mountain in Europe")))[0] == "hit"
+    await fourth.stop()
