@@ -33,6 +33,8 @@ class SignerSettings:
     assistant_turn_chars: int = 160
     topic_window: int = 3
     cache_size: int = 20_000
+    # signatures of whole requests: a Signature holds two vectors and the view (~5-10 KB)
+    signed_size: int = 1024
 
 
 def fold_space(text: str) -> str:
@@ -50,11 +52,24 @@ def _key(text: str) -> str:
 class ContextSigner:
     def __init__(self, embedder: BatchingEmbedder, classifier: IntentClassifier, settings: SignerSettings) -> None:
         self.embedder = embedder
-        self.classifier = classifier
         self.settings = settings
         self.normalize = Normalizer(settings.cache_size)
         self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
         self._entities: LruDict[NormalText, Entities] = LruDict(settings.cache_size)
+        # a request re-sent byte for byte (an exact repeat, a retry) signs as it did: a signature is
+        # a function of the request, the asserted system version and the policy's classifier alone
+        self._signed: LruDict[tuple[str, str | None], Signature] = LruDict(settings.signed_size)
+        self.classifier = classifier
+
+    @property
+    def classifier(self) -> IntentClassifier:
+        return self._classifier
+
+    @classifier.setter
+    def classifier(self, classifier: IntentClassifier) -> None:
+        """A reloaded policy tags anew: the signatures made under the old one are dropped."""
+        self._classifier = classifier
+        self._signed = LruDict(self.settings.signed_size)
 
     def read(self, request: ChatRequest) -> Conversation:
         """The request's conversation, normalised once for everything that reads it after."""
@@ -99,6 +114,10 @@ class ContextSigner:
     ) -> Signature:
         s = self.settings
         conv = conv or self.read(request)
+        memo = (conv.request_hash, system_version)
+        if (known := self._signed.get(memo)) is not None:
+            return known
+        signed = self._signed
         current, history = conv.current, conv.history
         recent = conv.user_turns()[-s.topic_window :]
         # the view is built before the topic switch is known, as if the turn kept its topic (it
@@ -130,7 +149,7 @@ class ContextSigner:
             context_switch=switch,
             intent_forced=guess.forced,
         )
-        return Signature(
+        sig = Signature(
             vector=vector,
             question_vector=vecs[0],
             tags=tags,
@@ -148,6 +167,8 @@ class ContextSigner:
             previous_reply_head=reply_head,
             history_key=conv.history_key,
         )
+        signed.put(memo, sig)  # the memo of the classifier it was made under: a reload meanwhile drops it
+        return sig
 
     def _restated_answer(self, history: Sequence[Turn], current: NormalText) -> str:
         """lexical.restates, reading the conversation only once the words make it possible."""

@@ -1,5 +1,6 @@
 """What a signature costs the embedding model: one call per request, whatever the history, and
-a second only for a topic switch, whose view differs from the one built in advance."""
+a second only for a topic switch, whose view differs from the one built in advance; a request
+re-sent as it was costs neither the model nor the tagger."""
 
 from __future__ import annotations
 
@@ -65,3 +66,33 @@ async def test_a_topic_switch_embeds_its_own_view_in_a_second_call(
     assert len(calls) == 2
     assert sig.tags.context_switch and "hotel" not in sig.view_text.lower()
     assert calls[1] == [sig.view_text]
+
+
+async def test_a_request_resent_signs_from_memory_until_the_policy_is_reloaded(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await sign(parts, TURNS[:3])
+    calls = counted(parts, monkeypatch)
+    classified: list[str] = []
+    classify = parts.signer.classifier.classify
+
+    def counting(text: Any, vector: Any, **kw: Any) -> Any:
+        classified.append(str(text))
+        return classify(text, vector, **kw)
+
+    monkeypatch.setattr(parts.signer.classifier, "classify", counting)
+    again = await sign(parts, TURNS[:3])
+    assert again is first and calls == [] and classified == []  # neither the model nor the tagger
+    # one character more, another system version asserted: each a signature of its own
+    other = await sign(parts, (*TURNS[:2], TURNS[2] + "!"))
+    assert other is not first and classified
+    req = parse_chat_request(
+        orjson.dumps({"model": "m", "messages": [{"role": "user", "content": t} for t in TURNS[:1]]})
+    )
+    assert await parts.signer.sign(req, system_version="v9") is not await parts.signer.sign(req)
+    # a reloaded policy (admin.reload sets the classifier) tags anew
+    parts.signer.classifier = parts.signer.classifier
+    classified.clear()
+    fresh = await sign(parts, TURNS[:3])
+    assert fresh is not first and classified
+    assert (fresh.tags, fresh.view_text, fresh.request_hash) == (first.tags, first.view_text, first.request_hash)

@@ -265,3 +265,27 @@ def test_a_snapshot_of_another_format_or_a_damaged_one_is_refused(tmp_path: Path
         HnswIndex.from_snapshot(path, dim=8, stamp="s")
     Path(f"{path}.json").write_text('{"stamp": "s", "dim": 8, "live": []}')  # the single-graph format
     assert HnswIndex.from_snapshot(path, dim=8, stamp="s") is None
+
+
+def test_a_small_lookup_runs_on_the_callers_thread_and_a_busy_or_large_one_does_not() -> None:
+    rng = np.random.default_rng(5)
+    index = HnswIndex(16, exact_limit=100)
+    small = unit(rng, 40, 16)
+    index.add(list(range(1, 41)), small, [key("A", session=f"s{i % 4}") for i in range(40)])
+    index.add([41, 42], unit(rng, 2, 16), [key("B", scope="global")] * 2)
+    index.add(list(range(100, 300)), unit(rng, 200, 16), [key("C")] * 200)  # past exact_limit: a graph
+    session = [1, 5, 9, 13]
+    for q in unit(rng, 10, 16):
+        now = index.search_both_now(q, session, 5, want("A"), max_rows=64)
+        assert now == (index.search_among(q, session), index.search(q, 5, want=want("A")))
+        # a lookup that does not widen reads its session only
+        assert index.search_both_now(q, session, 5, None, max_rows=64) == (index.search_among(q, session), [])
+    q = small[0]
+    assert index.search_both_now(q, session, 5, want("A"), max_rows=41) is None  # 40 rows + 2 shared
+    assert index.search_both_now(q, session, 5, want("A"), max_rows=42) is not None
+    assert index.search_both_now(q, [], 5, want("C"), max_rows=10_000) is None  # C's partition is a graph
+    index._lock.acquire()  # another thread adding, deleting or saving: the loop must not wait for it
+    try:
+        assert index.search_both_now(q, session, 5, want("A"), max_rows=64) is None
+    finally:
+        index._lock.release()
