@@ -2,7 +2,9 @@
 
 Model inference (ONNX Runtime) blocks, so it runs on one worker thread, never on the event loop.
 Requests that arrive while the worker is busy, or within ``max_wait_s`` of each other, share one
-call: under load the batch grows and the cost per item falls. The queue is bounded, and so is the
+call: under load the batch grows and the cost per item falls. The worker lingers those
+``max_wait_s`` for company only while company comes (the last call was shared): a lone client's
+request would wait for nobody, on every miss. The queue is bounded, and so is the
 wait: when either runs out the caller gets :class:`Overloaded` at once and serves the request
 without the model (forwarded uncached), instead of queueing without end.
 """
@@ -61,6 +63,7 @@ class MicroBatcher(Generic[T, R]):
         self._queue: asyncio.Queue[_Job[T, R]] = asyncio.Queue(maxsize=max_pending)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._worker: asyncio.Task[None] | None = None
+        self._company = False  # whether the last call was shared: only then is lingering worth it
 
     @property
     def pending(self) -> int:
@@ -104,7 +107,7 @@ class MicroBatcher(Generic[T, R]):
         jobs = [await self._queue.get()]
         size = len(jobs[0].items)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wait_s
+        deadline = loop.time() + (self.max_wait_s if self._company else 0.0)
         while size < self.max_batch:
             remaining = deadline - loop.time()
             try:
@@ -115,6 +118,7 @@ class MicroBatcher(Generic[T, R]):
                 break
             jobs.append(job)
             size += len(job.items)
+        self._company = len(jobs) > 1
         return [job for job in jobs if not job.future.done()]
 
     async def _run(self) -> None:

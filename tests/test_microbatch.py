@@ -1,5 +1,6 @@
-"""The micro-batcher: one model call for the requests waiting together, a bounded queue and a
-bounded wait that refuse at once instead of queueing, failures kept to their own batch."""
+"""The micro-batcher: one model call for the requests waiting together, a linger for company only
+while company comes, a bounded queue and a bounded wait that refuse at once instead of queueing,
+failures kept to their own batch."""
 
 from __future__ import annotations
 
@@ -91,3 +92,37 @@ async def test_a_failing_call_fails_only_its_own_batch() -> None:
     finally:
         await batcher.close()
     assert isinstance(bad, ValueError) and list(good) == [2]  # type: ignore[arg-type]
+
+
+async def test_a_lone_request_does_not_wait_for_company_that_is_not_coming() -> None:
+    model = Doubler()
+    batcher = MicroBatcher(model, name="t", max_batch=64, max_wait_s=30.0)
+    try:
+        # lingering the full 30 s for a second request would time this out
+        assert list(await asyncio.wait_for(batcher.submit([1]), 5)) == [2]
+        assert list(await asyncio.wait_for(batcher.submit([2]), 5)) == [4]
+    finally:
+        await batcher.close()
+    assert model.calls == [[1], [2]]
+
+
+async def test_once_calls_are_shared_the_worker_lingers_for_company() -> None:
+    gate = threading.Event()
+    model = Doubler(gate)
+    batcher = MicroBatcher(model, name="t", max_batch=64, max_wait_s=1.0)
+    try:
+        first = asyncio.ensure_future(batcher.submit([1]))
+        while not model.calls:  # the worker holds the first call on the gate
+            await asyncio.sleep(0.01)
+        queued = [asyncio.ensure_future(batcher.submit([i])) for i in (2, 3)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(first, *queued)
+        assert model.calls == [[1], [2, 3]]  # the two that waited together shared a call
+        # company came last time: the next request lingers, and one arriving 50 ms later rides along
+        later = asyncio.ensure_future(batcher.submit([4]))
+        await asyncio.sleep(0.05)
+        assert [list(r) for r in await asyncio.gather(later, batcher.submit([5]))] == [[8], [10]]
+    finally:
+        await batcher.close()
+    assert model.calls[2] == [4, 5]
