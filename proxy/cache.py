@@ -156,11 +156,15 @@ class SemanticCache:
     async def _read_saved(self, pools: Pools, saved: Mapping[int, IndexKey]) -> None:
         """Every live record's key into ``pools``: a label's key never changes, so a saved one is
         its key still; the store is asked only for the labels written since the save."""
-        live = await self.store.live_labels()
-        pools.add_many((label, key) for label in live if (key := saved.get(label)) is not None)
-        unsaved = sorted(label for label in live if label not in saved)
-        for row in await self.store.index_rows(unsaved, vectors=False):
-            pools.add(row.label, row.key)
+        known, unsaved = [], []
+        for label in await self.store.live_labels():
+            key = saved.get(label)
+            if key is None:
+                unsaved.append(label)
+            else:
+                known.append((label, key))
+        pools.add_many(known)
+        pools.add_many((row.label, row.key) for row in await self.store.index_rows(sorted(unsaved), vectors=False))
 
     async def _level(self, snapshot: HnswIndex, pools: Pools) -> None:
         """Labels are never reused and a record's vector and key never change, so the difference of
@@ -264,14 +268,7 @@ class SemanticCache:
         index, k = self.index, self.top_k
         wider = None if SCOPE_WIDTH[widen_to] == 0 else want
         now = index.search_both_now(vector, session, k, wider, max_rows=INLINE_ROWS)
-        if now is not None:
-            return now
-
-        def search() -> tuple[Hits, Hits]:  # one hop to the executor for both
-            own = index.search_among(vector, session)
-            return own, [] if wider is None else index.search(vector, k, want=wider)
-
-        return await asyncio.to_thread(search)
+        return now if now is not None else await asyncio.to_thread(index.search_both, vector, session, k, wider)
 
     async def lookup(
         self,

@@ -155,7 +155,7 @@ async def following(
     ``saved_keys`` serve a store this process alone writes: a shared one's live labels include
     records of policy versions this replica does not serve, and it resumes by its checkpoint."""
     if not isinstance(store, RedisStore):
-        yield None, await cache.load(snapshot=snapshot, saved_keys=saved_keys if snapshot is not None else None)
+        yield None, await cache.load(snapshot=snapshot, saved_keys=saved_keys)
         return
     feed = ChangeFeed(store, cache, gauges=metrics)
     if resume is not None:

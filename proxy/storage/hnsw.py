@@ -177,29 +177,33 @@ class HnswIndex:
         with self._lock:
             return self._among(query, labels)
 
+    def search_both(self, vector: Vector, labels: Sequence[int], k: int, want: Want | None) -> tuple[Hits, Hits]:
+        """``search_among(labels)`` and, given a ``want``, ``search(k, want)``, under one hold of
+        the lock: a lookup's two searches in one hop to the executor."""
+        with self._lock:
+            return self._both(vector, labels, k, want)
+
     def search_both_now(
         self, vector: Vector, labels: Sequence[int], k: int, want: Want | None, *, max_rows: int
     ) -> tuple[Hits, Hits] | None:
-        """``search_among(labels)`` and, given a ``want``, ``search(k, want)``, run at once on the
-        caller's thread; or None, having done nothing, when the index is busy or the lookup would
-        walk a graph or scan more than ``max_rows`` rows. A small scan costs less than the hop to an
-        executor thread (0.05 against 0.2 ms), and a busy lock must not hold up an event loop."""
+        """``search_both`` on the caller's thread; or None, having done nothing, when the index is
+        busy or the lookup would walk a graph or scan more than ``max_rows`` rows. A small scan
+        costs less than the hop to an executor thread (0.05 against 0.2 ms), and a busy lock must
+        not hold up an event loop."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
             if want is not None:
-                rows = 0
-                for name in (want.tenant, GLOBAL_POOL):
-                    if (pool := self._pools.get(name)) is not None:
-                        if pool.graph is not None:
-                            return None
-                        rows += pool.n
-                if rows > max_rows:
+                pools = [p for name in (want.tenant, GLOBAL_POOL) if (p := self._pools.get(name)) is not None]
+                if any(p.graph is not None for p in pools) or sum(p.n for p in pools) > max_rows:
                     return None
-            query = unit(np.asarray(vector, dtype=np.float32).reshape(self.dim))
-            return self._among(query, labels), [] if want is None else self._search(query, k, want)
+            return self._both(vector, labels, k, want)
         finally:
             self._lock.release()
+
+    def _both(self, vector: Vector, labels: Sequence[int], k: int, want: Want | None) -> tuple[Hits, Hits]:
+        query = unit(np.asarray(vector, dtype=np.float32).reshape(self.dim))
+        return self._among(query, labels), [] if want is None else self._search(query, k, want)
 
     def _search(self, query: Vector, k: int, want: Want | None) -> Hits:
         if want is None:

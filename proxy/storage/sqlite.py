@@ -166,6 +166,10 @@ def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
     return Record(**values)
 
 
+def _index_columns(vectors: bool) -> tuple[str, ...]:
+    return INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+
+
 def _index_row(row: Sequence[Any]) -> IndexRow:
     label, vector, answer_bytes, *fields = row
     return IndexRow(int(label), None if vector is None else bytes(vector), IndexKey.interned(answer_bytes, *fields))
@@ -374,7 +378,7 @@ class SqliteStore:
                     yield _record(row, names)
 
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
-        columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+        columns = _index_columns(vectors)
         # a scan in the table's own (label) order: by records_state the planner fetches each row by
         # a lookup of its own and sorts them all again (4.9 against 3.9 s at 1M records, all live)
         async with self._db.execute(
@@ -394,7 +398,7 @@ class SqliteStore:
             return [label for (label,) in await cur.fetchall()]
 
     async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]:
-        columns = INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+        columns = _index_columns(vectors)
         live = [str(s) for s in LIVE_STATES]
         out: list[IndexRow] = []
         for start in range(0, len(labels), ID_CHUNK):

@@ -278,6 +278,7 @@ def test_a_small_lookup_runs_on_the_callers_thread_and_a_busy_or_large_one_does_
     for q in unit(rng, 10, 16):
         now = index.search_both_now(q, session, 5, want("A"), max_rows=64)
         assert now == (index.search_among(q, session), index.search(q, 5, want=want("A")))
+        assert index.search_both(q, session, 5, want("A")) == now  # the executor's path, the same answer
         # a lookup that does not widen reads its session only
         assert index.search_both_now(q, session, 5, None, max_rows=64) == (index.search_among(q, session), [])
     q = small[0]
