@@ -25,6 +25,8 @@ class Script:
     hold: asyncio.Event | None = None
     # last user text of each call whose client had gone by the time it was to be answered
     aborted: list[str] = field(default_factory=list)
+    # the calls now waiting on ``hold``, so a test can see which of them their clients have left
+    waiting: list[web.Request] = field(default_factory=list)
 
     def answer_for(self, body: dict[str, Any]) -> str:
         users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
@@ -56,7 +58,11 @@ def scripted_app(script: Script) -> web.Application:
             if script.delay:
                 await asyncio.sleep(script.delay)
             if script.hold is not None:
-                await script.hold.wait()
+                script.waiting.append(request)
+                try:
+                    await script.hold.wait()
+                finally:
+                    script.waiting.remove(request)
         except asyncio.CancelledError:  # aiohttp cancels a handler whose client has gone
             script.aborted.append(str(users[-1]) if users else "")
             raise

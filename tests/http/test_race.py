@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import openai
 import pytest
+from aiohttp import web
 
 from proxy.embedding.backends import Matrix, SyncEmbedder
 from proxy.http import keys
@@ -151,7 +152,21 @@ async def test_coalesced_followers_drop_their_own_calls_and_one_answer_serves_al
     upstream.script.hold = asyncio.Event()
     question = ask("Why is the Danube blue in songs?")
     tasks = [asyncio.ensure_future(chat(client, question)) for _ in range(4)]
-    await until(lambda: coalescer.followed == 3, "three followers")
+    chat_handler = proxy.app[keys.CHAT]
+
+    def left(request: web.Request) -> bool:
+        return request.transport is None or request.transport.is_closing()
+
+    # each follower drops its call as it follows, before any answer: released only once the
+    # upstream has seen every dropped call's connection close, or a held call would be answered
+    await until(
+        lambda: (
+            coalescer.followed == 3
+            and chat_handler.races["cancelled"] == 3
+            and [left(r) for r in upstream.script.waiting].count(False) == 1
+        ),
+        "three followers, their calls dropped",
+    )
     upstream.script.hold.set()
     results = await asyncio.gather(*tasks)
     assert sorted(s for s, _, _ in results) == ["hit", "hit", "hit", "miss"]
