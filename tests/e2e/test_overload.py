@@ -58,5 +58,7 @@ async def test_a_slow_embedder_sheds_load_to_bypass_and_every_request_is_answere
     shed = [r for r in replies if r[0] == "bypass"]
     assert shed and all(reason == "overloaded" for _, reason, _ in shed), statuses
     assert len(upstream.script.calls) == 8
-    assert set(statuses) <= {"bypass", "miss"}, statuses
+    # the rest went upstream: a miss, or a half-hit when an earlier one's answer was stored by the
+    # time its turn came (the questions differ by a number, in the candidate zone of each other)
+    assert set(statuses) <= {"bypass", "miss", "half-hit"}, statuses
     assert "overloaded" in metrics
