@@ -33,6 +33,10 @@ class SignerSettings:
     assistant_turn_chars: int = 160
     topic_window: int = 3
     cache_size: int = 20_000
+    # dropped turns folded back in as chunk vectors: the latest dropped, which weigh most; a
+    # conversation first seen long (after a restart, or sent with its history) would otherwise
+    # embed every old turn before its first answer, past the embedder's deadline
+    chunk_lines: int = 8
     # signatures of whole requests: a Signature holds two vectors and the view (~5-10 KB)
     signed_size: int = 1024
 
@@ -229,26 +233,34 @@ class ContextSigner:
     def _view(self, system: NormalText, history: Sequence[Turn], current: NormalText) -> tuple[str, list[str]]:
         """System tail · compressed history · the current question twice (it carries the new intent).
         Over the model's length, the oldest turns that share no entity with the current request
-        go first, then the oldest; what is dropped still counts through chunk vectors."""
+        go first, then the oldest; the latest ``chunk_lines`` dropped still count through chunk
+        vectors."""
         s = self.settings
         head = f"system: {system[-s.system_tail_chars :]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
         lines = [self._line(m) for m in history]
         active = self.entities(current)
         related = [not _disjoint(self.entities(m.norm), active) for m in history]
-        dropped: list[str] = []
+        order = [i for i, r in enumerate(related) if not r] + [i for i, r in enumerate(related) if r]
         budget = self.embedder.backend.max_tokens - 8
 
-        def text() -> str:
-            return "\n".join(x for x in (head, *[ln for ln in lines if ln], tail) if x)
+        def view(drops: int) -> str:
+            gone = set(order[:drops])
+            return "\n".join(x for x in (head, *[ln for i, ln in enumerate(lines) if i not in gone], tail) if x)
 
-        order = [i for i, r in enumerate(related) if not r] + [i for i, r in enumerate(related) if r]
-        for i in order:
-            if self.embedder.count_tokens(text()) <= budget:
-                break
-            dropped.append(lines[i])
-            lines[i] = ""
-        return text(), dropped
+        def fits(drops: int) -> bool:
+            return self.embedder.count_tokens(view(drops)) <= budget
+
+        # the fewest drops that fit: dropping a turn never lengthens the view, so a bisection finds
+        # what dropping one at a time would, in a few tokenisations of the view instead of one a turn
+        low, high = 0, len(order)
+        if fits(0):
+            high = 0
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if fits(mid) else (mid, high)
+        dropped = [lines[i] for i in order[:high]]
+        return view(high), dropped[max(len(dropped) - s.chunk_lines, 0) :] if s.chunk_lines > 0 else []
 
     async def _view_vector(
         self,

@@ -96,3 +96,42 @@ async def test_a_request_resent_signs_from_memory_until_the_policy_is_reloaded(
     fresh = await sign(parts, TURNS[:3])
     assert fresh is not first and classified
     assert (fresh.tags, fresh.view_text, fresh.request_hash) == (first.tags, first.view_text, first.request_hash)
+
+
+WORDS = [
+    "apple",
+    "river",
+    "mountain",
+    "violin",
+    "garden",
+    "bicycle",
+    "harbor",
+    "pepper",
+    "castle",
+    "museum",
+    "jacket",
+    "candle",
+    "forest",
+]
+
+
+async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_latest_turns_it_dropped(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 60 turns of ~40 words, far past the model's length; seen for the first time (a restart, or a
+    # client that sends its history): each dropped turn embedded would cost seconds
+    history = [f"turn{i} " + " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(40)) for i in range(60)]
+    monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: False)  # one view, the one kept
+    calls = counted(parts, monkeypatch)
+    sig = await sign(parts, (*history, "And which one was the oldest?"))
+    embedder, budget = parts.signer.embedder, parts.signer.embedder.backend.max_tokens - 8
+    assert len(calls) == 1
+    sent = calls[0]
+    chunks = sent[sent.index(sig.view_text) + 1 :]
+    assert len(chunks) == parts.signer.settings.chunk_lines == 8
+    assert embedder.count_tokens(sig.view_text) <= budget
+    # the view keeps the latest turns that fit: one more turn back would not
+    kept = int(sig.view_text.split(" ", 2)[1].removeprefix("turn"))
+    assert embedder.count_tokens(f"{chunks[-1]}\n{sig.view_text}") > budget
+    # the chunks are the turns just before it, oldest first (the latest weighs most)
+    assert [c.split(" ", 2)[1] for c in chunks] == [f"turn{i}" for i in range(kept - 8, kept)]
