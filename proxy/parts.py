@@ -31,6 +31,7 @@ from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.redis import RedisStore
 from proxy.storage.redis_versions import BEAT_S, PolicyVersions
 from proxy.storage.sqlite import SqliteStore
+from proxy.text.normalize import default_segmenter
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
 from proxy.upstream.prewarm import Prewarmer
@@ -350,6 +351,9 @@ async def open_parts(
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         signer = ContextSigner(embedder, classifier, SignerSettings())
+        # jieba's dictionary and tagger take ~1.3 s to build: now, off the loop, before the port
+        # opens, rather than inside the first request (which every fresh process would pay)
+        await asyncio.to_thread(default_segmenter)
         chat = ChatService(
             cache=cache,
             signer=signer,

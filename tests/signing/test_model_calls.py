@@ -5,6 +5,7 @@ re-sent as it was costs neither the model nor the tagger."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,11 @@ import pytest
 
 from proxy.embedding.backends import SyncEmbedder
 from proxy.model import Signature
+from proxy.observability.metrics import Metrics
 from proxy.openai.request import parse_chat_request
-from proxy.parts import Parts
+from proxy.parts import NOWHERE, Parts, open_parts
+from proxy.settings import load_settings
+from proxy.text.normalize import default_segmenter
 
 TURNS = (
     "I need a hotel in Cambridge for two nights",
@@ -135,3 +139,18 @@ async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_lates
     assert embedder.count_tokens(f"{chunks[-1]}\n{sig.view_text}") > budget
     # the chunks are the turns just before it, oldest first (the latest weighs most)
     assert [c.split(" ", 2)[1] for c in chunks] == [f"turn{i}" for i in range(kept - 8, kept)]
+
+
+async def test_the_chinese_segmenter_is_built_at_start_not_in_the_first_request(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    # jieba's dictionary takes over a second to build: inside a request, every fresh process's
+    # first one paid it on the event loop
+    default_segmenter.cache_clear()
+    settings = load_settings(
+        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+    )
+    async with open_parts(settings, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder) as parts:
+        assert default_segmenter.cache_info().misses == 1
+        await sign(parts, ["那家酒店的早餐怎么样？"])
+        assert default_segmenter.cache_info().misses == 1
