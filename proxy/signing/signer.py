@@ -251,16 +251,16 @@ class ContextSigner:
         def fits(drops: int) -> bool:
             return self.embedder.count_tokens(view(drops)) <= budget
 
+        whole = view(0)
+        if self.embedder.count_tokens(whole) <= budget:  # most conversations: one tokenisation
+            return whole, []
         # the fewest drops that fit: dropping a turn never lengthens the view, so a bisection finds
         # what dropping one at a time would, in a few tokenisations of the view instead of one a turn
-        low, high = 0, len(order)
-        if fits(0):
-            high = 0
-        while high - low > 1:
+        low, high = 1, len(order)
+        while low < high:
             mid = (low + high) // 2
-            low, high = (low, mid) if fits(mid) else (mid, high)
-        dropped = [lines[i] for i in order[:high]]
-        return view(high), dropped[max(len(dropped) - s.chunk_lines, 0) :] if s.chunk_lines > 0 else []
+            low, high = (low, mid) if fits(mid) else (mid + 1, high)
+        return view(high), [lines[i] for i in order[max(high - s.chunk_lines, 0) : high]]
 
     async def _view_vector(
         self,

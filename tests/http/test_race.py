@@ -147,12 +147,12 @@ async def test_coalesced_followers_drop_their_own_calls_and_one_answer_serves_al
 ) -> None:
     proxy = await make_proxy(race_upstream="on", regenerate_window=0.0)
     client = proxy.client(**{"x-smartcache-session": "r6"})
-    coalescer = proxy.app[keys.CHAT].coalescer
+    chat_handler = proxy.app[keys.CHAT]
+    coalescer = chat_handler.coalescer
     assert coalescer is not None
     upstream.script.hold = asyncio.Event()
     question = ask("Why is the Danube blue in songs?")
     tasks = [asyncio.ensure_future(chat(client, question)) for _ in range(4)]
-    chat_handler = proxy.app[keys.CHAT]
 
     def left(request: web.Request) -> bool:
         return request.transport is None or request.transport.is_closing()
