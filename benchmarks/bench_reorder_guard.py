@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from proxy.text.lexical import numbers_reordered, reordered, tokens, transposed
+from proxy.text.lexical import numbers_reordered, reordered, spans_swapped, tokens, transposed
 from proxy.text.normalize import normalize_text
 
 SETS = ("lcqmc", "bq", "atec")
@@ -48,12 +48,14 @@ def main() -> None:
         labels: Counter[str] = Counter()
         exchanged: Counter[str] = Counter()
         turned: Counter[str] = Counter()
+        spans: Counter[str] = Counter()
         guard: Counter[str] = Counter()
         for a, b, label in pairs:
             na, nb = normalize_text(a), normalize_text(b)
             labels[label] += 1
             exchanged[label] += transposed(tokens(na), tokens(nb))
             turned[label] += numbers_reordered(na, nb)
+            spans[label] += spans_swapped(na, nb)
             guard[label] += reordered(na, nb)
         table.append(
             {
@@ -65,15 +67,17 @@ def main() -> None:
                 "exchange_flags_different": exchanged["0"],
                 "numbers_flags_paraphrase": turned["1"],
                 "numbers_flags_different": turned["0"],
+                "spans_flags_paraphrase": spans["1"],
+                "spans_flags_different": spans["0"],
                 "guard_flags_paraphrase": guard["1"],
                 "guard_flags_different": guard["0"],
             }
         )
     print(
         "| set | pairs (1 / 0) | one exchange: flags 1 / 0 | numbers turned around: flags 1 / 0 "
-        "| whole guard: flags 1 / 0 | share of flagged that differ |"
+        "| two spans exchanged: flags 1 / 0 | whole guard: flags 1 / 0 | share of flagged that differ |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in table:
         flagged = r["guard_flags_paraphrase"] + r["guard_flags_different"]
         share = r["guard_flags_different"] / flagged if flagged else 0.0
@@ -81,6 +85,7 @@ def main() -> None:
             f"| {r['set']} | {r['pairs']} ({r['paraphrases']} / {r['different']}) "
             f"| {r['exchange_flags_paraphrase']} / {r['exchange_flags_different']} "
             f"| {r['numbers_flags_paraphrase']} / {r['numbers_flags_different']} "
+            f"| {r['spans_flags_paraphrase']} / {r['spans_flags_different']} "
             f"| {r['guard_flags_paraphrase']} / {r['guard_flags_different']} | {share:.3f} |"
         )
     print(f"({time.perf_counter() - t0:.1f} s)")

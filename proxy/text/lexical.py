@@ -91,6 +91,44 @@ def transposed(ta: Sequence[str], tb: Sequence[str]) -> bool:
     return len(diff) == 2 and ta[diff[0]] == tb[diff[1]] and ta[diff[1]] == tb[diff[0]]
 
 
+# a swap of two spans is looked for in the part the texts do not share: past this many
+# characters of it, the two texts differ by more than one exchange anyway
+SWAP_MAX_CHARS = 160
+
+
+def _span_counts(span: str) -> bool:
+    """A span that can carry meaning: a Chinese character ("我欠他钱" / "他欠我钱"), or two letters
+    or digits (one Latin letter traded is a typo: "teh" / "the")."""
+    return bool(_CJK.search(span)) or sum(c.isalnum() for c in span) >= 2
+
+
+def spans_swapped(a: str, b: str) -> bool:
+    """The same text with two spans exchanged, wherever the word boundaries fall ("击败马尔科姆·弗雷泽后，
+    惠特兰授予" / "击败惠特兰后，马尔科姆·弗雷泽授予": jieba cuts the two names differently on each side,
+    so no word list shows the exchange)."""
+    if a == b:
+        return False
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    mid_a, mid_b = a[start : len(a) - end], b[start : len(b) - end]
+    n = len(mid_a)
+    if n != len(mid_b) or n > SWAP_MAX_CHARS:
+        return False
+    for i in range(1, n):
+        if not mid_b.endswith(mid_a[:i]):
+            continue
+        first = mid_a[:i]
+        for j in range(i + 1, n):  # a middle between them: a rotation ("XY" / "YX") is often the same question
+            second = mid_a[j:]
+            if mid_b == second + mid_a[i:j] + first and _span_counts(first) and _span_counts(second):
+                return True
+    return False
+
+
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -109,7 +147,7 @@ def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segme
     ta, tb = tokens(a, segmenter), tokens(b, segmenter)
     if ta == tb or not ta or not tb:
         return False
-    if transposed(ta, tb):
+    if transposed(ta, tb) or spans_swapped(a, b):
         return True
     shared = [w for w in dict.fromkeys(ta) if w in tb]
     if len(shared) < 3 or len(shared) / max(len(set(ta)), len(set(tb))) < overlap:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.text.lexical import numbers_reordered, reordered, tokens, transposed
+from proxy.text.lexical import numbers_reordered, reordered, spans_swapped, tokens, transposed
 from proxy.text.normalize import normalize_text
 
 
@@ -72,3 +72,29 @@ def test_numbers_in_another_order_are_reordered(a: str, b: str, expected: bool) 
     assert numbers_reordered(a, b) is expected
     if expected:  # the reordered-words guard reads it
         assert reordered(a, b)
+
+
+def test_two_names_exchanged_across_word_boundaries_are_reordered() -> None:
+    # jieba cuts "惠特兰后" as one word on one side and "惠特兰" "后" on the other, and splits the
+    # longer name in three: no word list shows the exchange, the characters do
+    a = normalize_text("大选中击败马尔科姆·弗雷泽后，惠特兰授予他爵士头衔，表彰他的贡献。")
+    b = normalize_text("大选中击败惠特兰后，马尔科姆·弗雷泽授予他爵士头衔，表彰他的贡献。")
+    assert not transposed(tokens(a), tokens(b))
+    assert spans_swapped(a, b) and spans_swapped(b, a)
+    assert reordered(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("我欠他钱", "他欠我钱", True),  # one character each side is enough in Chinese
+        ("Fraser beat Whitlam in 1975", "Whitlam beat Fraser in 1975", True),
+        ("what is teh weather", "what is the weather", False),  # one Latin letter traded: a typo
+        ("百度贴吧怎么设置头像", "百度贴吧头像怎么设置", False),  # a rotation, no middle: the same question
+        ("a, b", "b, a", False),  # no two letters in a span
+        ("北京到成都", "北京到成都", False),
+        ("北京到成都", "北京到重庆", False),
+    ],
+)
+def test_spans_swapped(a: str, b: str, expected: bool) -> None:
+    assert spans_swapped(a, b) is expected
