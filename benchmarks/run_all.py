@@ -59,6 +59,7 @@ class Script:
 SCRIPTS = (
     Script("bench_overhead"),
     Script("bench_long_history"),
+    Script("bench_view_length"),
     Script("bench_gptcache"),
     Script("bench_store"),
     Script("bench_never_cache"),

@@ -39,6 +39,8 @@ class SignerSettings:
     chunk_lines: int = 8
     # signatures of whole requests: a Signature holds two vectors and the view (~5-10 KB)
     signed_size: int = 1024
+    # the view's token budget (None: the model's length, less room for its special tokens)
+    view_tokens: int | None = None
 
 
 def fold_space(text: str) -> str:
@@ -74,6 +76,12 @@ class ContextSigner:
         """A reloaded policy tags anew: the signatures made under the old one are dropped."""
         self._classifier = classifier
         self._signed = LruDict(self.settings.signed_size)
+
+    @property
+    def view_budget(self) -> int:
+        """Tokens a view may hold: the setting's, within the model's length less its special tokens."""
+        most = self.embedder.backend.max_tokens - 8
+        return most if self.settings.view_tokens is None else min(most, self.settings.view_tokens)
 
     def read(self, request: ChatRequest) -> Conversation:
         """The request's conversation, normalised once for everything that reads it after."""
@@ -242,7 +250,7 @@ class ContextSigner:
         active = self.entities(current)
         related = [not _disjoint(self.entities(m.norm), active) for m in history]
         order = [i for i, r in enumerate(related) if not r] + [i for i, r in enumerate(related) if r]
-        budget = self.embedder.backend.max_tokens - 8
+        budget = self.view_budget
 
         def view(drops: int) -> str:
             gone = set(order[:drops])

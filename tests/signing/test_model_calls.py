@@ -128,7 +128,7 @@ async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_lates
     monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: False)  # one view, the one kept
     calls = counted(parts, monkeypatch)
     sig = await sign(parts, (*history, "And which one was the oldest?"))
-    embedder, budget = parts.signer.embedder, parts.signer.embedder.backend.max_tokens - 8
+    embedder, budget = parts.signer.embedder, parts.signer.view_budget
     assert len(calls) == 1
     sent = calls[0]
     chunks = sent[sent.index(sig.view_text) + 1 :]
@@ -154,3 +154,29 @@ async def test_the_chinese_segmenter_is_built_at_start_not_in_the_first_request(
         assert default_segmenter.cache_info().misses == 1
         await sign(parts, ["那家酒店的早餐怎么样？"])
         assert default_segmenter.cache_info().misses == 1
+
+
+async def test_view_tokens_caps_what_a_view_embeds_and_the_older_turns_count_as_chunks(
+    parts: Parts, tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    # a view's cost grows with its length: a deployment trades older context for latency
+    whole = await sign(parts, TURNS)
+    settings = load_settings(
+        environ={"SMARTCACHE_VIEW_TOKENS": "64"},
+        overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"},
+    )
+    async with open_parts(settings, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder) as capped:
+        embedder = capped.signer.embedder
+        assert (await sign(capped, TURNS[:1])).view_text == (await sign(parts, TURNS[:1])).view_text
+        sig = await sign(capped, TURNS)
+        assert embedder.count_tokens(sig.view_text) <= 64 < embedder.count_tokens(whole.view_text)
+        assert "cambridge" in whole.view_text and "cambridge" not in sig.view_text
+        assert sig.view_text.endswith("user: does it have wifi\nuser: does it have wifi")  # the question stays
+        # the dropped turns still pull the vector: it is not the vector of the view's text alone
+        [view_only] = await capped.signer.vectors([sig.view_text])
+        assert float(sig.vector @ view_only) < 0.999
+
+
+def test_view_tokens_below_a_useful_view_is_refused() -> None:
+    with pytest.raises(ValueError, match="view_tokens"):
+        load_settings(environ={"SMARTCACHE_VIEW_TOKENS": "10"})
