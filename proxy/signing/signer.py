@@ -28,7 +28,10 @@ from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HE
 
 @dataclass(frozen=True, slots=True)
 class SignerSettings:
-    system_tail_chars: int = 512
+    # the system prompt's tail in the view. Short: answers under another system prompt are kept
+    # apart by the index filter (its version), so in the view it only anchors, and a long prompt
+    # would take the view's budget from the conversation (512 characters are ~120 tokens)
+    system_tail_chars: int = 96
     user_turn_chars: int = 300
     assistant_turn_chars: int = 160
     topic_window: int = 3

@@ -180,3 +180,18 @@ async def test_view_tokens_caps_what_a_view_embeds_and_the_older_turns_count_as_
 def test_view_tokens_below_a_useful_view_is_refused() -> None:
     with pytest.raises(ValueError, match="view_tokens"):
         load_settings(environ={"SMARTCACHE_VIEW_TOKENS": "10"})
+
+
+async def test_a_long_system_prompt_leaves_the_view_to_the_conversation(parts: Parts) -> None:
+    # answers under another system prompt are kept apart by the index filter; in the view the
+    # prompt only anchors, and a whole one would take the 128-token budget from the turns
+    system = "You are the booking assistant of a hotel chain. " * 40 + "Answer in English."
+    msgs = [{"role": "system", "content": system}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(TURNS)
+    ]
+    sig = await parts.signer.sign(parse_chat_request(orjson.dumps({"model": "m", "messages": msgs})))
+    head = sig.view_text.split("\n", 1)[0]
+    assert head.startswith("system: ") and head.endswith("answer in english")
+    assert len(head) <= len("system: ") + parts.signer.settings.system_tail_chars
+    assert "user: somewhere in the centre, with free parking" in sig.view_text
+    assert parts.signer.embedder.count_tokens(sig.view_text) <= parts.signer.view_budget
