@@ -36,7 +36,7 @@ class SignerSettings:
     assistant_turn_chars: int = 160
     topic_window: int = 3
     cache_size: int = 20_000
-    # dropped turns folded back in as chunk vectors: the latest dropped, which weigh most; a
+    # dropped user turns folded back in as chunk vectors: the latest dropped, which weigh most; a
     # conversation first seen long (after a restart, or sent with its history) would otherwise
     # embed every old turn before its first answer, past the embedder's deadline
     chunk_lines: int = 8
@@ -244,8 +244,8 @@ class ContextSigner:
     def _view(self, system: NormalText, history: Sequence[Turn], current: NormalText) -> tuple[str, list[str]]:
         """System tail · compressed history · the current question twice (it carries the new intent).
         Over the model's length, the oldest turns that share no entity with the current request
-        go first, then the oldest; the latest ``chunk_lines`` dropped still count through chunk
-        vectors."""
+        go first, then the oldest; the latest ``chunk_lines`` user turns dropped still count through
+        chunk vectors."""
         s = self.settings
         head = f"system: {system[-s.system_tail_chars :]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
@@ -271,7 +271,11 @@ class ContextSigner:
         while low < high:
             mid = (low + high) // 2
             low, high = (low, mid) if fits(mid) else (mid + 1, high)
-        return view(high), [lines[i] for i in order[max(high - s.chunk_lines, 0) : high]]
+        # a dropped turn counts through its user text as normalised: the very text each user turn was
+        # embedded as when it was asked (and while it was recent), so a live conversation's chunks
+        # cost the model nothing
+        users: list[str] = [history[i].norm for i in order[:high] if history[i].role == "user"]
+        return view(high), users[max(len(users) - s.chunk_lines, 0) :]
 
     async def _view_vector(
         self,

@@ -119,10 +119,10 @@ WORDS = [
 ]
 
 
-async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_latest_turns_it_dropped(
+async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_latest_user_turns_it_dropped(
     parts: Parts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 60 turns of ~40 words, far past the model's length; seen for the first time (a restart, or a
+    # 60 turns of ~40 words, far past the view's budget; seen for the first time (a restart, or a
     # client that sends its history): each dropped turn embedded would cost seconds
     history = [f"turn{i} " + " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(40)) for i in range(60)]
     monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: False)  # one view, the one kept
@@ -131,14 +131,31 @@ async def test_a_conversation_first_seen_long_embeds_its_view_and_only_the_lates
     embedder, budget = parts.signer.embedder, parts.signer.view_budget
     assert len(calls) == 1
     sent = calls[0]
-    chunks = sent[sent.index(sig.view_text) + 1 :]
-    assert len(chunks) == parts.signer.settings.chunk_lines == 8
     assert embedder.count_tokens(sig.view_text) <= budget
     # the view keeps the latest turns that fit: one more turn back would not
     kept = int(sig.view_text.split(" ", 2)[1].removeprefix("turn"))
-    assert embedder.count_tokens(f"{chunks[-1]}\n{sig.view_text}") > budget
-    # the chunks are the turns just before it, oldest first (the latest weighs most)
-    assert [c.split(" ", 2)[1] for c in chunks] == [f"turn{i}" for i in range(kept - 8, kept)]
+    assert embedder.count_tokens(f"user: {history[kept - 1]}\n{sig.view_text}") > budget
+    # the chunks are the 8 latest user turns dropped, as each was asked: the same texts as the 3
+    # recent user turns the intent is read from, which the call carries anyway
+    chunks = {f"turn{i}" for i in [i for i in range(kept) if i % 2 == 0][-8:]}
+    recent = {"turn54", "turn56", "turn58"}
+    turns_sent = [t.split(" ", 1)[0] for t in sent if t.startswith("turn")]
+    assert sorted(turns_sent) == sorted(chunks | recent)  # each once
+    assert len(sent) == 1 + len(turns_sent) + 1  # the question, those user turns, the view
+    assert len(chunks - recent) >= 5
+
+
+async def test_the_next_turn_of_a_long_conversation_embeds_only_its_question_and_view(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what a turn drops out of the view was asked before: its vector is known
+    history = [f"turn{i} " + " ".join(WORDS[(i * 5 + j) % len(WORDS)] for j in range(40)) for i in range(20)]
+    monkeypatch.setattr(parts.signer, "_is_topic_switch", lambda *args: False)
+    first = await sign(parts, (*history, "And which one was the oldest?"))
+    calls = counted(parts, monkeypatch)
+    sig = await sign(parts, (*history, "And which one was the oldest?", "The first one.", "Why that one?"))
+    assert calls == [["why that one", sig.view_text]]
+    assert sig.view_text != first.view_text
 
 
 async def test_the_chinese_segmenter_is_built_at_start_not_in_the_first_request(
