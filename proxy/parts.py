@@ -350,7 +350,7 @@ async def open_parts(
         )
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
-        signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens or None))
+        signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens))
         # jieba's dictionary and tagger take ~1.3 s to build: now, off the loop, before the port
         # opens, rather than inside the first request (which every fresh process would pay)
         await asyncio.to_thread(default_segmenter)

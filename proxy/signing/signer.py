@@ -42,8 +42,8 @@ class SignerSettings:
     chunk_lines: int = 8
     # signatures of whole requests: a Signature holds two vectors and the view (~5-10 KB)
     signed_size: int = 1024
-    # the view's token budget (None: the model's length, less room for its special tokens)
-    view_tokens: int | None = None
+    # the view's token budget (0: the model's length, less room for its special tokens)
+    view_tokens: int = 0
 
 
 def fold_space(text: str) -> str:
@@ -84,7 +84,7 @@ class ContextSigner:
     def view_budget(self) -> int:
         """Tokens a view may hold: the setting's, within the model's length less its special tokens."""
         most = self.embedder.backend.max_tokens - 8
-        return most if self.settings.view_tokens is None else min(most, self.settings.view_tokens)
+        return min(most, self.settings.view_tokens or most)
 
     def read(self, request: ChatRequest) -> Conversation:
         """The request's conversation, normalised once for everything that reads it after."""

@@ -106,22 +106,22 @@ def spans_swapped(a: str, b: str) -> bool:
     """The same text with two spans exchanged, wherever the word boundaries fall ("击败马尔科姆·弗雷泽后，
     惠特兰授予" / "击败惠特兰后，马尔科姆·弗雷泽授予": jieba cuts the two names differently on each side,
     so no word list shows the exchange)."""
-    if a == b:
+    if a == b or len(a) != len(b):  # an exchange keeps the length
         return False
     start = 0
-    while start < min(len(a), len(b)) and a[start] == b[start]:
+    while a[start] == b[start]:
         start += 1
-    end = 0
-    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
-        end += 1
-    mid_a, mid_b = a[start : len(a) - end], b[start : len(b) - end]
+    end = len(a)
+    while a[end - 1] == b[end - 1]:
+        end -= 1
+    mid_a, mid_b = a[start:end], b[start:end]
     n = len(mid_a)
-    if n != len(mid_b) or n > SWAP_MAX_CHARS:
+    if n > SWAP_MAX_CHARS:
         return False
     for i in range(1, n):
-        if not mid_b.endswith(mid_a[:i]):
-            continue
         first = mid_a[:i]
+        if not mid_b.endswith(first):
+            continue
         for j in range(i + 1, n):  # a middle between them: a rotation ("XY" / "YX") is often the same question
             second = mid_a[j:]
             if mid_b == second + mid_a[i:j] + first and _span_counts(first) and _span_counts(second):
