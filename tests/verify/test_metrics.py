@@ -38,3 +38,12 @@ def test_platt_recovers_a_known_scale() -> None:
     y = (rng.random(20000) < 1 / (1 + np.exp(-(2.0 * x - 1.0)))).astype(np.int64)
     a, b = fit_platt(x, y)
     assert a == pytest.approx(2.0, abs=0.1) and b == pytest.approx(-1.0, abs=0.1)
+
+
+def test_platt_converges_on_the_large_logits_of_a_confident_model() -> None:
+    # logits of tens: a full Newton step from a = 1 overshoots, and undamped it ran a to ~1e9
+    rng = np.random.default_rng(1)
+    x = rng.normal(scale=12.0, size=7000) + 3.0
+    y = (rng.random(7000) < 1 / (1 + np.exp(-(0.15 * x + 0.4)))).astype(np.int64)
+    a, b = fit_platt(x, y)
+    assert a == pytest.approx(0.15, abs=0.02) and b == pytest.approx(0.4, abs=0.15)

@@ -52,19 +52,33 @@ def recall_at_precision(
 
 
 def fit_platt(logits: Floats, labels: npt.NDArray[np.int64], iterations: int = 100) -> tuple[float, float]:
-    """(a, b) minimising the log loss of sigmoid(a * logit + b) (Newton's method, a tiny ridge)."""
+    """(a, b) minimising the log loss of sigmoid(a * logit + b) (damped Newton, a tiny ridge).
+
+    Each Newton step is halved until the loss falls: a confident model's logits reach tens, where
+    a full step from a = 1 overshoots and the plain iteration runs ``a`` off to infinity.
+    """
     x, y = np.asarray(logits, dtype=np.float64), np.asarray(labels, dtype=np.float64)
     # Platt's targets: a little away from 0 and 1, so a separable split cannot send a to infinity
     pos, neg = y.sum(), len(y) - y.sum()
     t = np.where(y == 1, (pos + 1) / (pos + 2), 1 / (neg + 2))
-    a, b = 1.0, 0.0
+
+    def loss(a: float, b: float) -> float:
+        z = a * x + b
+        return float((np.logaddexp(0.0, z) - t * z).sum())
+
+    a, b = 1.0 / max(float(np.std(x)), 1.0), 0.0
+    current = loss(a, b)
     for _ in range(iterations):
-        p = 1 / (1 + np.exp(-(a * x + b)))
+        p = 0.5 * (1 + np.tanh(0.5 * (a * x + b)))
         g = np.array([((p - t) * x).sum(), (p - t).sum()])
         w = p * (1 - p)
         h = np.array([[(w * x * x).sum() + 1e-6, (w * x).sum()], [(w * x).sum(), w.sum() + 1e-6]])
         step = np.linalg.solve(h, g)
-        a, b = a - step[0], b - step[1]
-        if np.abs(step).max() < 1e-9:
+        scale = 1.0
+        while scale > 1e-6 and loss(a - scale * step[0], b - scale * step[1]) > current:
+            scale /= 2
+        a, b = a - scale * step[0], b - scale * step[1]
+        previous, current = current, loss(a, b)
+        if np.abs(scale * step).max() < 1e-9 or previous - current < 1e-12:
             break
     return float(a), float(b)
