@@ -53,7 +53,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the training rows (quick runs)")
+    p.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        metavar="SOURCE=N",
+        help=f"training rows of SOURCE per epoch (default {TRAIN_CAPS}); repeatable",
+    )
     return p
+
+
+def _caps(args: argparse.Namespace) -> dict[str, int]:
+    caps = dict(TRAIN_CAPS)
+    for item in args.cap:
+        source, _, count = item.partition("=")
+        if not count.isdigit():
+            raise SystemExit(f"--cap takes SOURCE=N, got {item!r}")
+        caps[source] = int(count)
+    return caps
 
 
 def _swapped(pairs: list[LabeledPair], seed: int) -> list[LabeledPair]:
@@ -64,7 +81,7 @@ def _swapped(pairs: list[LabeledPair], seed: int) -> list[LabeledPair]:
 
 def _rows(splits: Splits, args: argparse.Namespace) -> tuple[list[LabeledPair], list[LabeledPair]]:
     """Training rows (each once: repeats are drawn by the batch sampler) and calibration rows."""
-    base = sample(splits.rows["train"], TRAIN_CAPS, args.seed)
+    base = sample(splits.rows["train"], _caps(args), args.seed)
     base += numbers_changed(base, random.Random(f"{args.seed}|numbers"), 1500)
     if args.scale < 1:
         base = random.Random(args.seed).sample(base, int(len(base) * args.scale))
@@ -131,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             "scale": args.scale,
             "bf16": args.bf16,
             "init": str(args.init) if args.init else None,
-            "caps": TRAIN_CAPS,
+            "caps": _caps(args),
             "repeat": REPEAT,
             "wall_s": round(time.monotonic() - began),
         },
