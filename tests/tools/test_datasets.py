@@ -84,6 +84,18 @@ def test_pair_keys_follow_the_labels(name: str, labels_of: str, small: dict[str,
     assert set(seen) == {("session", 0), ("session", 1), ("tenant", 0), ("tenant", 1)}
 
 
+def test_pair_converters_skip_the_texts_the_shipped_verifier_trained_on() -> None:
+    from proxy.tools.datasets.pairs import verifier_trained
+    from proxy.tools.verifier.pairs import text_key
+
+    trained = verifier_trained(DATA)
+    assert len(trained) > 10000  # the split is real: most pair texts are training texts
+    for name in ("pawsx_pairs", "qqp_pairs"):
+        convs = CONVERTERS[name](DATA, random.Random(1), 120)
+        assert len(convs) == 120
+        assert not {text_key(t.user) for c in convs for t in c.turns} & trained
+
+
 def test_converters_skip_rows_the_dev_traces_use() -> None:
     if not DEV.is_file():
         pytest.skip("no dev traces to keep apart from")

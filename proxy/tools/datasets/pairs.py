@@ -1,5 +1,9 @@
 """Paraphrase-pair converters (QQP, PAWS-X): each pair asked in one conversation and across
-conversations of one tenant."""
+conversations of one tenant.
+
+Rows the shipped pair verifier was trained on are left out: calibrating ``verify_accept`` on
+pairs the model has learned would set it where only memorised pairs score, and serve too much.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,17 @@ from proxy.tools.datasets.traces import (
     held_out,
     norm_text,
 )
+from proxy.tools.verifier.dataset import build_splits
+from proxy.tools.verifier.pairs import text_key
+from proxy.verify.cross_encoder import DEFAULT_WEIGHTS
+
+
+def verifier_trained(data_dir: Path, weights: Path = DEFAULT_WEIGHTS) -> frozenset[str]:
+    """Text keys of the pairs the verifier at ``weights`` trained on (its ``heldout.json`` split seed)."""
+    seed = int(json.loads((weights / "heldout.json").read_text(encoding="utf-8"))["seed"])
+    rows = build_splits(data_dir, seed).rows["train"]
+    return frozenset(text_key(side.question) for p in rows for side in (p.a, p.b))
+
 
 # --- paraphrase pairs -----------------------------------------------------------------------
 
@@ -29,6 +44,7 @@ def _pick_pairs(
     need: Counter[int],
     rng: random.Random,
     held: HeldOut,
+    trained: frozenset[str],
 ) -> dict[int, list[tuple[str, str]]]:
     """Rows in random order; each text used once, so one text never carries two keys."""
     got: dict[int, list[tuple[str, str]]] = {0: [], 1: []}
@@ -41,6 +57,8 @@ def _pick_pairs(
             continue
         a, b, label = row
         if norm_text(a) == norm_text(b) or norm_text(a) in used or norm_text(b) in used:
+            continue
+        if text_key(a) in trained or text_key(b) in trained:
             continue
         used.update((norm_text(a), norm_text(b)))
         got[label].append((a, b))
@@ -57,12 +75,13 @@ def _pair_convs(
     rng: random.Random,
     limit: int,
     held: HeldOut,
+    trained: frozenset[str],
 ) -> list[Conversation]:
     """(a) a then b in one conversation, (b) a and b in two sessions of one tenant; labels alternate."""
     within = limit // 3
     slots = [("session", i % 2) for i in range(within)] + [("tenant", i % 2) for i in range((limit - within) // 2)]
     rng.shuffle(slots)
-    rows = _pick_pairs(lines, parse, Counter(label for _, label in slots), rng, held)
+    rows = _pick_pairs(lines, parse, Counter(label for _, label in slots), rng, held, trained)
     out: list[Conversation] = []
     tenant = f"cal-{src}"
     for n, (framing, label) in enumerate(slots):
@@ -100,10 +119,12 @@ def qqp_pairs(data_dir: Path, rng: random.Random, limit: int) -> list[Conversati
     """Quora pairs from part01..03 (the dev traces sample part00)."""
     files = sorted((data_dir / "gptcache_similar_qqp").glob("similiar_qqp_full.part0[1-9].jsonl"))
     lines = [ln for f in files for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    return _pair_convs(lines, _parse_qqp, "qqp", EN_SYSTEM, rng, limit, held_out(data_dir))
+    return _pair_convs(lines, _parse_qqp, "qqp", EN_SYSTEM, rng, limit, held_out(data_dir), verifier_trained(data_dir))
 
 
 def pawsx_pairs(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:
     """PAWS-X zh valid pairs: adversarial negatives with near-identical wording."""
     lines = (data_dir / "pawsx_zh" / "PAWSX.valid.tsv").read_text(encoding="utf-8").splitlines()
-    return _pair_convs(lines, _parse_pawsx, "pawsx", ZH_SYSTEM, rng, limit, held_out(data_dir))
+    return _pair_convs(
+        lines, _parse_pawsx, "pawsx", ZH_SYSTEM, rng, limit, held_out(data_dir), verifier_trained(data_dir)
+    )
