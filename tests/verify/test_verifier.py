@@ -58,31 +58,31 @@ ORDERED = [
         (PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A), PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A)),
         (PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_A), PairSide("附近有什么景点？", "帮我找个酒店", HOTEL_B)),
     ),
-]
-# Known misses of weights v1 (one epoch, 2 trained layers): a changed product suffix or asked
-# attribute under identical surroundings still scores high. strict: passing means drop the mark.
-V1_MISSES = [
     (
         (PairSide("LG Optimus G的电池多大"), PairSide("LG Optimus G电池容量是多少")),
         (PairSide("LG Optimus G的电池多大"), PairSide("LG Optimus的电池多大")),
     ),
+]
+# A known miss of the shipped weights: another asked attribute of the same restaurant, in the
+# same words around it, still scores above a reworded question. strict: passing means drop the mark.
+KNOWN_MISSES = [
     (
         (PairSide("What is the address of Nandos?"), PairSide("Where is Nandos located?")),
         (PairSide("What is the address of Nandos?"), PairSide("What is the phone number of Nandos?")),
     ),
 ]
-_MISS = pytest.mark.xfail(strict=True, reason="weights v1 miss: entity suffix / asked attribute (see report)")
+_MISS = pytest.mark.xfail(strict=True, reason="known miss of the shipped weights: the asked attribute")
 
 
 @pytest.mark.model
 @pytest.mark.parametrize(
     ("paraphrase", "near_miss"),
     [
-        *(pytest.param(*case, id=name) for case, name in zip(ORDERED, ["huabei", "password", "hotel"], strict=True)),
         *(
-            pytest.param(*case, id=name, marks=_MISS)
-            for case, name in zip(V1_MISSES, ["optimus", "nandos"], strict=True)
+            pytest.param(*case, id=name)
+            for case, name in zip(ORDERED, ["huabei", "password", "hotel", "optimus"], strict=True)
         ),
+        *(pytest.param(*case, id=name, marks=_MISS) for case, name in zip(KNOWN_MISSES, ["nandos"], strict=True)),
     ],
 )
 def test_paraphrase_scores_above_near_miss(
@@ -107,7 +107,7 @@ def test_same_follow_up_after_two_different_hotels_scores_low(verifier: CrossEnc
 
 @pytest.mark.model
 def test_probabilities_are_in_range_and_a_batch_equals_one_by_one(verifier: CrossEncoderVerifier) -> None:
-    pairs = [pair for both in (*ORDERED, *V1_MISSES) for pair in both]
+    pairs = [pair for both in (*ORDERED, *KNOWN_MISSES) for pair in both]
     batched = verifier.score(pairs)
     single = [verifier.score([p])[0] for p in pairs]
     assert all(0.0 <= p <= 1.0 for p in batched)
