@@ -116,3 +116,16 @@ def test_shipped_manifest_matches_the_split(splits: Splits) -> None:
     assert shipped["test_sha256"] == manifest(splits, [], [])["test_sha256"]
     trained = set(shipped["trained_rows"]) | set(shipped["calibration_rows"])
     assert "numbers_changed" in trained and trained <= set(shipped["counts"]["train"]) | {"numbers_changed"}
+
+
+def test_next_turn_negatives_pair_a_turn_in_context_with_the_turn_before_it(splits: Splits) -> None:
+    rows = [p for name in ("train", "calib", "test") for p in splits.rows[name] if p.source == "mined_next_turn"]
+    assert len(rows) > 1000
+    assert {p.label for p in rows} == {0}
+    for p in rows:
+        # the earlier turn is the candidate: the request side reads it as its previous question;
+        # the same words twice ("I don't care." about the area, then about the price) differ by context
+        assert p.a.previous_question == p.b.question
+        assert text_key(p.a.question) != text_key(p.b.question) or p.a.previous_reply_head != p.b.previous_reply_head
+    sources = {p.group.split(":")[0] for p in rows}
+    assert sources == {"gecor", "crosswoz", "mt_bench"}

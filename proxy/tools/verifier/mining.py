@@ -10,6 +10,11 @@
   another dialogue after another reply is a negative; no positives (it has no rewrites).
 - MT-Bench en/zh: the same question in English and Chinese is a positive (with its first turn as
   context for the second turn); another question's second turn is a negative.
+- Next turns (CamRest676, CrossWOZ, MT-Bench): a user turn read with its context vs the turn
+  before it in the same dialogue is a negative. It is the candidate a cache meets most: every
+  earlier turn of the session is one, and a follow-up that narrows the question before it
+  ("I want to improve my cardiovascular health." after "How much exercise should I do?") asks
+  for another answer. A turn whose complete form is the previous turn's is left out.
 
 Dialogues are split first (``split_of`` over the dialogue id) and pairs are mined only among
 the dialogues of one split, so no dialogue feeds two splits. Dialogues the replay traces use
@@ -161,11 +166,49 @@ def _mt_bench(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
                 )
 
 
+def _next_turns(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
+    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
+    for di, d in enumerate(dials):
+        turns = d["dial"]
+        if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
+            continue
+        for ti in range(1, len(turns)):
+            now, before = turns[ti]["usr"], turns[ti - 1]["usr"]
+            if not now["transcript"].strip() or text_key(now["transcript_complete"]) == text_key(
+                before["transcript_complete"]
+            ):
+                continue
+            earlier = PairSide(before["transcript"], turns[ti - 2]["usr"]["transcript"] if ti >= 2 else "",
+                               turns[ti - 2]["sys"]["sent"] if ti >= 2 else "")  # fmt: skip
+            side = PairSide(now["transcript"], before["transcript"], turns[ti - 1]["sys"]["sent"])
+            yield LabeledPair("mined_next_turn", side, earlier, 0, f"gecor:{di}")
+    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        turns, dialog = row["turns"], str(row["dialog_id"])
+        if not keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
+            continue
+        users = [i for i, t in enumerate(turns) if t["role"] == "usr" and t["content"].strip()]
+        for k in rng.sample(range(1, len(users)), min(3, max(0, len(users) - 1))):
+            i, j = users[k], users[k - 1]
+            reply = turns[i - 1]["content"] if turns[i - 1]["role"] == "sys" else ""
+            earlier_reply = turns[j - 1]["content"] if j >= 1 and turns[j - 1]["role"] == "sys" else ""
+            earlier = PairSide(turns[j]["content"], turns[users[k - 2]]["content"] if k >= 2 else "", earlier_reply)
+            side = PairSide(turns[i]["content"], turns[j]["content"], reply)
+            if text_key(side.question) != text_key(earlier.question):
+                yield LabeledPair("mined_next_turn", side, earlier, 0, f"crosswoz:{dialog}")
+    for folder in ("mt_bench", "mt_bench_zh"):
+        for r in map(json.loads, (data / folder / "question.jsonl").read_text(encoding="utf-8").splitlines()):
+            q, (t1, t2) = int(r["question_id"]), r["turns"][:2]
+            if keep(f"mt_bench:{q}", r["turns"]):
+                yield LabeledPair("mined_next_turn", PairSide(t2, t1), PairSide(t1), 0, f"mt_bench:{q}")
+
+
 MINED_SETS: dict[str, Callable[[Path, Callable[[str, list[str]], bool], random.Random], Iterator[LabeledPair]]] = {
     "mined_gecor": _gecor,
     "mined_kvret": _kvret,
     "mined_crosswoz": _crosswoz,
     "mined_mt_bench": _mt_bench,
+    "mined_next_turn": _next_turns,
 }
 
 
