@@ -23,15 +23,17 @@ from proxy.tools.datasets.traces import (
     held_out,
     norm_text,
 )
-from proxy.tools.verifier.dataset import build_splits
+from proxy.tools.verifier.dataset import split_pair_sets
+from proxy.tools.verifier.heldout import eval_rows
 from proxy.tools.verifier.pairs import text_key
 from proxy.verify.cross_encoder import DEFAULT_WEIGHTS
 
 
 def verifier_trained(data_dir: Path, weights: Path = DEFAULT_WEIGHTS) -> frozenset[str]:
-    """Text keys of the pairs the verifier at ``weights`` trained on (its ``heldout.json`` split seed)."""
+    """Text keys of the pair-set rows the verifier at ``weights`` trained on (its ``heldout.json``
+    split seed); its mined conversation pairs are no pair-set texts, so they are not read."""
     seed = int(json.loads((weights / "heldout.json").read_text(encoding="utf-8"))["seed"])
-    rows = build_splits(data_dir, seed).rows["train"]
+    rows = split_pair_sets(data_dir, seed, eval_rows(data_dir))["train"]
     return frozenset(text_key(side.question) for p in rows for side in (p.a, p.b))
 
 

@@ -23,7 +23,7 @@ from proxy.tools.verifier.pairs import PAIR_SETS, LabeledPair, load_pair_set, te
 from proxy.tools.verifier.splits import FRACTIONS, RULE, Split, split_pairs
 from proxy.verify import PairSide
 
-__all__ = ["Splits", "build_splits", "manifest", "numbers_changed", "sample"]
+__all__ = ["Splits", "build_splits", "manifest", "numbers_changed", "sample", "split_pair_sets"]
 
 _NUMBER = re.compile(r"\d+")
 
@@ -38,10 +38,15 @@ class Splits:
         return [p for p in self.rows[split] if p.source == source]
 
 
+def split_pair_sets(data: Path, seed: int, held_out: EvalRows) -> dict[Split, list[LabeledPair]]:
+    """The context-free pair sets alone, split by text component (no mined conversation pairs)."""
+    pairs = [p for name in PAIR_SETS for p in load_pair_set(name, data)]
+    return split_pairs(pairs, seed, held_out.texts)
+
+
 def build_splits(data: Path, seed: int, eval_dir: Path | None = None) -> Splits:
     held_out = eval_rows(data, eval_dir)
-    pairs = [p for name in PAIR_SETS for p in load_pair_set(name, data)]
-    rows = split_pairs(pairs, seed, held_out.texts)
+    rows = split_pair_sets(data, seed, held_out)
     for split, mined in mine(data, seed, held_out).items():
         rows[split] += mined
     return Splits(rows, held_out, seed)

@@ -71,6 +71,14 @@ def _pairs_of(items: list[Any], rng: random.Random, limit: int) -> Iterator[tupl
     yield from combos[:limit]
 
 
+def _camrest_side(turns: list[dict[str, Any]], ti: int) -> PairSide:
+    """User turn ``ti`` of a CamRest676 dialogue, read after the turn before it and its reply."""
+    question = turns[ti]["usr"]["transcript"].strip()
+    if ti == 0:
+        return PairSide(question)
+    return PairSide(question, turns[ti - 1]["usr"]["transcript"].strip(), turns[ti - 1]["sys"]["sent"].strip())
+
+
 def _gecor(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
     dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
     groups: dict[str, list[tuple[int, PairSide, str]]] = defaultdict(list)
@@ -82,7 +90,7 @@ def _gecor(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Rando
             raw, full = turns[ti]["usr"]["transcript"].strip(), turns[ti]["usr"]["transcript_complete"].strip()
             if not raw or not full or text_key(raw) == text_key(full):
                 continue
-            side = PairSide(raw, turns[ti - 1]["usr"]["transcript"], turns[ti - 1]["sys"]["sent"])
+            side = _camrest_side(turns, ti)
             yield LabeledPair("mined_gecor", side, PairSide(full), 1, f"gecor:{di}")
             groups[text_key(raw)].append((di, side, text_key(full)))
     for group in groups.values():
@@ -173,15 +181,12 @@ def _next_turns(data: Path, keep: Callable[[str, list[str]], bool], rng: random.
         if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
             continue
         for ti in range(1, len(turns)):
-            now, before = turns[ti]["usr"], turns[ti - 1]["usr"]
-            if not now["transcript"].strip() or text_key(now["transcript_complete"]) == text_key(
-                before["transcript_complete"]
-            ):
-                continue
-            earlier = PairSide(before["transcript"], turns[ti - 2]["usr"]["transcript"] if ti >= 2 else "",
-                               turns[ti - 2]["sys"]["sent"] if ti >= 2 else "")  # fmt: skip
-            side = PairSide(now["transcript"], before["transcript"], turns[ti - 1]["sys"]["sent"])
-            yield LabeledPair("mined_next_turn", side, earlier, 0, f"gecor:{di}")
+            side, earlier = _camrest_side(turns, ti), _camrest_side(turns, ti - 1)
+            same = text_key(turns[ti]["usr"]["transcript_complete"]) == text_key(
+                turns[ti - 1]["usr"]["transcript_complete"]
+            )
+            if side.question and not same:
+                yield LabeledPair("mined_next_turn", side, earlier, 0, f"gecor:{di}")
     for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         turns, dialog = row["turns"], str(row["dialog_id"])

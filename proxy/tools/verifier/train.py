@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the training rows (quick runs)")
     p.add_argument(
         "--cap",
+        type=_cap,
         action="append",
         default=[],
         metavar="SOURCE=N",
@@ -63,14 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _cap(item: str) -> tuple[str, int]:
+    source, _, count = item.partition("=")
+    if not source or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"takes SOURCE=N, got {item!r}")
+    return source, int(count)
+
+
 def _caps(args: argparse.Namespace) -> dict[str, int]:
-    caps = dict(TRAIN_CAPS)
-    for item in args.cap:
-        source, _, count = item.partition("=")
-        if not count.isdigit():
-            raise SystemExit(f"--cap takes SOURCE=N, got {item!r}")
-        caps[source] = int(count)
-    return caps
+    return {**TRAIN_CAPS, **dict(args.cap)}
 
 
 def _swapped(pairs: list[LabeledPair], seed: int) -> list[LabeledPair]:
