@@ -230,8 +230,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rows = _replay_rows(args, shadow=True, settings=settings)
     results = calibrate(rows, target=args.target_false_hit)
     verified = calibrate_verifier(rows, target=args.target_false_hit)
+    previous = calibrate_verifier(rows, target=args.target_false_hit, setting="verify_previous")
     print_calibration(results, table_console())
-    print(*describe_verified(verified), sep="\n")
+    print(*describe_verified(verified), *describe_verified(previous), sep="\n")
     print_held_out(held_out(rows, target=args.target_false_hit), table_console())
     if args.out:
         version = write_policy(
@@ -242,6 +243,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             target=args.target_false_hit,
             embedding_model=settings.embedding_model,
             verified=verified,
+            previous=previous,
         )
         print(f"wrote {args.out} (version {version})")
     return 0

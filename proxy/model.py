@@ -211,6 +211,8 @@ class Reason(StrEnum):
     VERIFIED = "verified"
     EXACT_REPEAT = "exact_repeat"
     RESTATEMENT = "restatement"
+    # the pair verifier read the request as the session's previous turn asked again
+    VERIFIED_PREVIOUS = "verified_previous"
     # an identical request in flight shared its upstream answer (proxy.upstream.coalesce)
     COALESCED = "coalesced"
 

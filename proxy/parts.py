@@ -267,7 +267,9 @@ async def report_vector_search(store: RecordStore, s: Settings, metrics: Metrics
 
 
 def wants_verifier(s: Settings, policy: Policy) -> bool:
-    return s.verify and any(i.cache and i.verify_accept is not None for i in policy.intents.values())
+    return s.verify and any(
+        i.cache and (i.verify_accept is not None or i.verify_previous is not None) for i in policy.intents.values()
+    )
 
 
 async def load_pair_verifier(s: Settings, policy: Policy) -> Verifier:
@@ -278,7 +280,7 @@ async def load_pair_verifier(s: Settings, policy: Policy) -> Verifier:
         await asyncio.to_thread(verifier.warm)
     except VerifierError as exc:
         raise VerifierError(
-            f"{exc}; {policy.source} sets verify_accept: ship the verifier's weights, or set "
+            f"{exc}; {policy.source} sets verify_accept or verify_previous: ship the verifier's weights, or set "
             "verify: false (those intents then serve no hits)"
         ) from exc
     return verifier

@@ -28,7 +28,15 @@ GENERAL = "general"
 _INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # Keys the defaults block must spell out: the safety posture of a policy is never implicit.
 _REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "validate", "ttl", "scope")
-_OPTIONAL_DEFAULTS = ("widen_to", "global_safe", "feedback_floor", "prewarm", "restatement", "verify_accept")
+_OPTIONAL_DEFAULTS = (
+    "widen_to",
+    "global_safe",
+    "feedback_floor",
+    "prewarm",
+    "restatement",
+    "verify_accept",
+    "verify_previous",
+)
 # Keys that once meant something and now do nothing: read with a warning, so old files still load.
 _DEPRECATED: Mapping[str, str] = MappingProxyType(
     {"half_hit": "every half-hit forwards the conversation unchanged, with the engine's prefix-cache hints"}
@@ -41,6 +49,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "prewarm": False,
         "restatement": False,
         "verify_accept": None,
+        "verify_previous": None,
         "exemplars": (),
         "keywords": (),
         "force": False,
@@ -81,6 +90,10 @@ class IntentPolicy:
     # None: the accept zone decides. A probability: the pair verifier decides instead, serving the
     # best candidate above `candidate` only when its probability reaches this (proxy.decision.decide)
     verify_accept: float | None
+    # None: only the words show a restatement. A probability: the session's previous turn is also
+    # served to a request the pair verifier reads as that turn asked again (a rewrite, a
+    # paraphrase, a repeat) with at least this probability; every later net still runs
+    verify_previous: float | None = None
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False

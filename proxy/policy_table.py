@@ -21,6 +21,7 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "candidate": _threshold(intent.candidate),
         "direct_hit": "yes" if intent.direct_hit else "no",
         "verify_accept": "-" if intent.verify_accept is None else _threshold(intent.verify_accept),
+        "verify_previous": "-" if intent.verify_previous is None else _threshold(intent.verify_previous),
         "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
         "ttl": _duration(intent.ttl),
         "pools": "→".join(intent.pools),

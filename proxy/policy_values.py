@@ -97,6 +97,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "prewarm": _as_bool,
         "restatement": _as_bool,
         "verify_accept": _as_probability,
+        "verify_previous": _as_probability,
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,

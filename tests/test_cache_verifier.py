@@ -45,10 +45,12 @@ class FakeVerifier:
         return [self.p] * len(pairs)
 
 
-def policy_file(tmp_path: Path, verify_accept: float | None) -> Path:
+def policy_file(tmp_path: Path, verify_accept: float | None, verify_previous: float | None = None) -> Path:
     data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
     if verify_accept is not None:
         data["defaults"]["verify_accept"] = verify_accept
+    if verify_previous is not None:
+        data["defaults"]["verify_previous"] = verify_previous
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     return path
@@ -62,6 +64,7 @@ async def parts_with(
     verifier: FakeVerifier | None,
     *,
     verify_accept: float | None = 0.8,
+    verify_previous: float | None = None,
     **settings: Any,
 ) -> AsyncIterator[Parts]:
     s = load_settings(
@@ -71,7 +74,7 @@ async def parts_with(
             "model_home": home,
             "ready_after": 0.0,
             "upstream": "http://127.0.0.1:9/v1",
-            "policy": policy_file(tmp_path, verify_accept),
+            "policy": policy_file(tmp_path, verify_accept, verify_previous),
             **settings,
         },
     )
@@ -185,3 +188,26 @@ async def test_the_shipped_verifier_is_loaded_at_start_and_asked(
         assert parts.verifier.model_calls == 1
     assert plan.reason in {Reason.VERIFIED, Reason.VERIFIER_REJECTED}
     assert plan.decision.verified is not None and 0.0 <= plan.decision.verified <= 1.0
+
+
+async def test_the_previous_turn_asked_again_is_served_on_the_verifiers_word(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    fake = FakeVerifier(0.97)
+    async with parts_with(tmp_path, sync_embedder, model_home, fake, verify_accept=None, verify_previous=0.9) as parts:
+        assert parts.verifier is not None  # verify_previous alone loads it
+        plan = await ask_again(parts)
+    assert (plan.status, plan.reason, plan.decision.verified) == (Status.HIT, Reason.VERIFIED_PREVIOUS, 0.97)
+    assert plan.decision.record is not None and plan.decision.record.answer_text == ANSWER
+    [(request, cached)] = fake.pairs
+    assert request == PairSide(REPHRASED, ASK, ANSWER[:160]) and cached == PairSide(ASK, "", "")
+
+
+async def test_the_previous_turn_below_verify_previous_is_not_served_by_it(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    async with parts_with(
+        tmp_path, sync_embedder, model_home, FakeVerifier(0.5), verify_accept=None, verify_previous=0.9
+    ) as parts:
+        plan = await ask_again(parts)
+    assert plan.reason is not Reason.VERIFIED_PREVIOUS and plan.decision.verified is None

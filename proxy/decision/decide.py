@@ -3,7 +3,8 @@ the decision (like structlog's processors). Pure: the verifier's probabilities c
 
 1. Hard filters: a candidate of another intent, or whose active entities conflict with the
    request's, is dropped whatever its score. The best survivor (or the record a restatement
-   names) is judged by every later stage.
+   names: by its words, or the session's previous turn when the verifier reads the request as
+   that turn asked again, at ``verify_previous``) is judged by every later stage.
 2. Score floor: below the intent's ``candidate`` score it is a miss.
 3. Change detection: a turn that negates, adds or modifies a constraint of the candidate's
    context makes a half-hit (history still useful, answer not); another topic is a miss.
@@ -28,6 +29,7 @@ from proxy.signing.signer import fold_space
 from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
 from proxy.text.normalize import NormalText
+from proxy.verify.sides import REPLY_HEAD_CHARS
 
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
 # repeat right after it); once other turns come between, the whole-conversation key has changed.
@@ -101,7 +103,7 @@ class DecisionContext:
         return [f.candidate for f in self.ranked if f.reason is None]
 
     @cached_property
-    def restated(self) -> Candidate | None:
+    def words_restated(self) -> Candidate | None:
         """A spelled-out restatement of the previous, elliptical turn is that turn's request: its
         words show it where the vectors cannot ("San Mateo." vs the full question). The record must
         hold the very answer the user saw to that turn: a derived session id can join two
@@ -123,6 +125,38 @@ class DecisionContext:
             ),
             None,
         )
+
+    @cached_property
+    def previous_turn(self) -> Candidate | None:
+        """The record of the session's previous turn, holding the very answer the user saw to it,
+        when the intent lets the verifier judge it (``verify_previous``) and its words did not
+        already name it. Like a restatement, the intent filter does not apply to it."""
+        if self.policy.verify_previous is None or not self.policy.direct_hit or self.words_restated is not None:
+            return None
+        seen = fold_space(self.sig.previous_reply_head)
+        return next(
+            (
+                f.candidate
+                for f in self.ranked
+                if f.reason in (None, Reason.FILTERED_INTENT)
+                and f.candidate.same_session
+                and f.candidate.turn_gap == 1
+                and seen
+                and fold_space(f.candidate.record.answer_text[:REPLY_HEAD_CHARS]) == seen
+            ),
+            None,
+        )
+
+    @property
+    def asked_again(self) -> bool:
+        """Does the verifier read this request as the session's previous turn asked again?"""
+        prev = self.previous_turn
+        p = None if prev is None else self.verdicts.get(prev.record.cache_id)
+        return p is not None and self.policy.verify_previous is not None and p >= self.policy.verify_previous
+
+    @property
+    def restated(self) -> Candidate | None:
+        return self.words_restated or (self.previous_turn if self.asked_again else None)
 
     @property
     def best(self) -> Candidate:
@@ -163,7 +197,7 @@ class DecisionContext:
             best.score,
             failed_checks=failed_checks,
             signals=self.change.signals if signals else (),
-            verified=self.verdicts.get(best.record.cache_id) if self.verifies else None,
+            verified=self.verdicts.get(best.record.cache_id) if self.verifies or self.asked_again else None,
         )
 
 
@@ -194,7 +228,9 @@ def change_detection(ctx: DecisionContext) -> Decision | None:
 
 
 def lexical_guards(ctx: DecisionContext) -> Decision | None:
-    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.restated is not None)
+    # a turn that leans on its context, asked after another reply, asks something else whatever the
+    # verifier read: only a restatement its words show is exempt
+    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.words_restated is not None)
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
 
@@ -232,8 +268,10 @@ def answer_validation(ctx: DecisionContext) -> Decision | None:
 
 
 def hit(ctx: DecisionContext) -> Decision:
-    if ctx.restated is not None:
+    if ctx.words_restated is not None:
         reason = Reason.RESTATEMENT
+    elif ctx.asked_again:
+        reason = Reason.VERIFIED_PREVIOUS
     elif ctx.verifies:
         reason = Reason.VERIFIED
     elif ctx.policy.verify_accept is not None and ctx.exact_repeat:
@@ -273,9 +311,11 @@ def decide(
 
 
 def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> list[Candidate]:
-    """The candidates whose verifier probability ``decide`` will read: the best one, when it passes
-    every stage before verification and the intent verifies it; usually one, often none."""
+    """The candidates whose verifier probability ``decide`` will read: the session's previous turn,
+    when the intent verifies it (``verify_previous``); and the best one, when it passes every stage
+    before verification and the intent verifies it (``verify_accept``). Usually one, often none."""
     ctx = DecisionContext(candidates, sig, policy)
-    if any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) or not ctx.verifies:
-        return []
-    return [ctx.best]
+    asked = [] if ctx.previous_turn is None else [ctx.previous_turn]
+    if not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) and ctx.verifies and ctx.best not in asked:
+        asked.append(ctx.best)
+    return asked

@@ -24,7 +24,11 @@ MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself
 CANDIDATE_BAND = 0.05
 # Verifier probabilities are calibrated: below one half the verifier says "another request".
 VERIFY_FLOOR = 0.5
-_CALIBRATED = "+cal."  # joins a template's version to the digest of what a calibration chose
+_CALIBRATED = "+cal."
+VERIFY_SETTINGS = (
+    "verify_accept",
+    "verify_previous",
+)  # joins a template's version to the digest of what a calibration chose
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +59,9 @@ def upper_bound(false: int, n: int) -> float:
 
 def _scored(r: Row) -> bool:
     """A candidate that passed the nets and was judged by its score. Restatements are served by
-    rule, not by score, so they take no part in choosing thresholds."""
-    return r.nets_ok and r.score is not None and r.reason != Reason.RESTATEMENT
+    rule or by the verifier's reading of the previous turn, not by score, so they take no part in
+    choosing thresholds."""
+    return r.nets_ok and r.score is not None and r.reason not in (Reason.RESTATEMENT, Reason.VERIFIED_PREVIOUS)
 
 
 def _is_false(r: Row) -> bool:
@@ -128,27 +133,40 @@ def calibrate(
 @dataclass(frozen=True, slots=True)
 class VerifyCalibration:
     intent: str
-    verify_accept: float
+    level: float
     samples: int  # requests whose best candidate passed the nets and was verified
     hits: int  # of those, at or above verify_accept
     false_hits: int
     fhr_upper: float  # one-sided 95 % upper bound of the false-hit rate at verify_accept
     note: str
+    setting: str = "verify_accept"  # the policy key the level is written to
 
 
 def _verified(r: Row) -> bool:
     """A candidate that passed the nets and went through the verifier (shadow replay verifies
     every intent that sets verify_accept; exact repeats skip it)."""
-    return r.nets_ok and r.verified is not None
+    return r.nets_ok and r.verified is not None and r.reason != Reason.VERIFIED_PREVIOUS
+
+
+def _asked_again(r: Row) -> bool:
+    """The session's previous turn, judged by the verifier (intents that set verify_previous),
+    that passed every later net."""
+    return r.nets_ok and r.verified is not None and r.reason == Reason.VERIFIED_PREVIOUS
 
 
 def calibrate_verifier(
-    rows: Sequence[Row], *, target: float = 1e-3, floor: float = VERIFY_FLOOR, min_samples: int = 30
+    rows: Sequence[Row],
+    *,
+    target: float = 1e-3,
+    floor: float = VERIFY_FLOOR,
+    min_samples: int = 30,
+    setting: str = "verify_accept",
 ) -> dict[str, VerifyCalibration]:
     """Per intent that was verified, the lowest verifier probability whose false-hit rate meets the
     target with 95 % confidence; intents with fewer than ``min_samples`` take no lower than the
-    level fitted on all of them together."""
-    judged = [r for r in rows if _verified(r)]
+    level fitted on all of them together. ``setting`` says which verdicts: the best candidate's
+    (``verify_accept``) or the session's previous turn's (``verify_previous``)."""
+    judged = [r for r in rows if (_asked_again if setting == "verify_previous" else _verified)(r)]
     if not judged:
         return {}
     pooled, _ = _threshold(judged, target, floor, _probability)
@@ -163,13 +181,13 @@ def calibrate_verifier(
         hits = [r for r in irows if _probability(r) >= level]
         false = sum(_is_false(r) for r in hits)
         out[intent] = VerifyCalibration(intent, level, len(irows), len(hits), false,
-                                        round(upper_bound(false, len(hits)), 5), note)  # fmt: skip
+                                        round(upper_bound(false, len(hits)), 5), note, setting)  # fmt: skip
     return out
 
 
 def describe_verified(verified: Mapping[str, VerifyCalibration]) -> list[str]:
     """One line per verified intent, for the calibrate command."""
-    return [f"verify_accept {v.intent}: {v.verify_accept} ({v.samples} verified, {v.hits} hits, {v.false_hits} false, "
+    return [f"{v.setting} {v.intent}: {v.level} ({v.samples} verified, {v.hits} hits, {v.false_hits} false, "
             f"FHR upper bound {v.fhr_upper:.4f}; {v.note})" for v in verified.values()]  # fmt: skip
 
 
@@ -209,10 +227,11 @@ def held_out(
         test = [r for r in rows if fold_of(r.conversation, folds) == k]
         chosen = calibrate(train, target=target, floor=floor, min_samples=min_samples)
         verified = calibrate_verifier(train, target=target, min_samples=min_samples)
+        previous = calibrate_verifier(train, target=target, min_samples=min_samples, setting="verify_previous")
         unseen = max((c.accept for c in chosen.values()), default=0.999)  # an intent absent from training
         reusable += sum(r.session_reusable and not r.expect_no_hit for r in test)
         for r in test:
-            if _served(r, chosen.get(r.intent), verified.get(r.intent), unseen):
+            if _served(r, chosen.get(r.intent), verified.get(r.intent), unseen, previous.get(r.intent)):
                 bad = _is_false(r)
                 hits, false = hits + 1, false + bad
                 per[r.intent][0] += 1
@@ -220,13 +239,23 @@ def held_out(
     return HeldOut(folds, hits, false, reusable, {k: (v[0], v[1]) for k, v in sorted(per.items())})
 
 
-def _served(r: Row, cal: Calibration | None, verified: VerifyCalibration | None, unseen: float) -> bool:
+def _served(
+    r: Row,
+    cal: Calibration | None,
+    verified: VerifyCalibration | None,
+    unseen: float,
+    previous: VerifyCalibration | None = None,
+) -> bool:
     """Would the fitted levels serve this shadow row? A verified intent is judged by the verifier's
-    probability instead of the accept zone, restatements included; its exact repeats skip it."""
+    probability instead of the accept zone, restatements included; its exact repeats skip it. The
+    previous turn judged by the verifier is served at its own level, and only there (shadow
+    replay did not record what the request would have met below it)."""
     if not r.nets_ok or r.score is None:
         return False
+    if r.reason == Reason.VERIFIED_PREVIOUS:
+        return previous is not None and r.verified is not None and r.verified >= previous.level
     if verified is not None and r.verified is not None:
-        return r.verified >= verified.verify_accept
+        return r.verified >= verified.level
     return r.reason == Reason.RESTATEMENT or r.score >= (cal.accept if cal else unseen)
 
 
@@ -248,6 +277,7 @@ def write_policy(
     target: float,
     embedding_model: str | None = None,
     verified: Mapping[str, VerifyCalibration] | None = None,
+    previous: Mapping[str, VerifyCalibration] | None = None,
 ) -> str:
     """The input policy with calibrated thresholds (and verifier levels, for the intents that
     verify), each intent commented with its data, stamped with the embedding model whose scores
@@ -257,12 +287,15 @@ def write_policy(
     comments: dict[str, list[str]] = {}
     for name, body in (data.get("intents") or {}).items():
         cached = (body or {}).get("cache", data["defaults"].get("cache", True)) is not False
+        levels = [v for v in ((verified or {}).get(name), (previous or {}).get(name)) if v is not None]
         intents[name], comments[name] = _calibrated_intent(
-            name, dict(body or {}), results.get(name) if cached else None,
-            (verified or {}).get(name) if cached else None, cached=cached,
-        )  # fmt: skip
+            name, dict(body or {}), results.get(name) if cached else None, levels if cached else [], cached=cached
+        )
     model = embedding_model or data.get("embedding_model")
     rest = {k: v for k, v in data.items() if k not in ("version", "embedding_model", "intents")}
+    if isinstance(rest.get("defaults"), dict):
+        # a template's verifier levels only ask shadow replay to verify: what serves is what was fitted
+        rest["defaults"] = {k: v for k, v in rest["defaults"].items() if k not in VERIFY_SETTINGS}
     content = {**({"embedding_model": model} if model else {}), **rest, "intents": intents}
     version = calibrated_version(str(data.get("version", "")), content)
     header = [
@@ -282,10 +315,13 @@ def write_policy(
 
 
 def _calibrated_intent(
-    name: str, body: dict[str, Any], cal: Calibration | None, verified: VerifyCalibration | None, *, cached: bool
+    name: str, body: dict[str, Any], cal: Calibration | None, levels: Sequence[VerifyCalibration], *, cached: bool
 ) -> tuple[dict[str, Any], list[str]]:
-    """An intent's body with what calibration chose, and the comment lines that say on what data."""
+    """An intent's body with what calibration chose, and the comment lines that say on what data.
+    A verifier level calibration did not fit is dropped: the template's number was never measured."""
     lines = []
+    for setting in VERIFY_SETTINGS:
+        body.pop(setting, None)
     if cal is not None:
         body["accept"], body["candidate"] = cal.accept, cal.candidate
         lines.append(
@@ -295,10 +331,10 @@ def _calibrated_intent(
         lines.append(f"  # {cal.note}")
     elif cached:
         lines.append(f"  # {name}: no data in these traces; thresholds left as they were")
-    if verified is not None:
-        body["verify_accept"] = verified.verify_accept
+    for v in levels:
+        body[v.setting] = v.level
         lines.append(
-            f"  # {name}: {verified.samples} verified; at verify_accept {verified.verify_accept}: {verified.hits} "
-            f"hits, {verified.false_hits} false, FHR upper bound {verified.fhr_upper:.4f}; {verified.note}"
+            f"  # {name}: {v.samples} verified; at {v.setting} {v.level}: {v.hits} "
+            f"hits, {v.false_hits} false, FHR upper bound {v.fhr_upper:.4f}; {v.note}"
         )
     return body, lines

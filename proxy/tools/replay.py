@@ -59,10 +59,16 @@ class Row:
 
 def shadow_policy(policy: Policy) -> Policy:
     """Every cacheable intent accepts from 0: the nets still run, the threshold is what we sweep. An
-    intent that verifies has every candidate verified, so its verify_accept can be swept too."""
+    intent that verifies has every candidate verified, so its verify_accept can be swept too; one
+    that verifies the previous turn has it judged first, whatever its probability, so its
+    verify_previous can be swept (those rows carry reason verified_previous)."""
+
+    def opened(level: float | None) -> float | None:
+        return None if level is None else 0.0
+
     intents = {
-        n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True,
-                               verify_accept=None if p.verify_accept is None else 0.0) if p.cache else p
+        n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True, verify_accept=opened(p.verify_accept),
+                               verify_previous=opened(p.verify_previous)) if p.cache else p
         for n, p in policy.intents.items()
     }  # fmt: skip
     return dataclasses.replace(policy, intents=intents)

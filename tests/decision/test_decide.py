@@ -252,6 +252,19 @@ CASES = [
         ),
         policy=make_policy(restatement=True),
     ),
+    # below the candidate floor by cosine; the verifier reads the turn as the previous one asked again
+    Case(
+        Reason.VERIFIED_PREVIOUS,
+        Status.HIT,
+        [make_candidate(0.5, record=make_record("Five days."), same_session=True, turn_gap=1)],
+        sig=make_sig(
+            "I need a packing list for a five day ski trip",
+            previous_reply_head="Hold the reset button for ten seconds.",
+        ),
+        policy=make_policy(verify_previous=0.9),
+        verdicts={"sc-1": 0.95},
+        check=lambda d: d.verified == 0.95 and d.score == 0.5,
+    ),
 ]
 
 
@@ -290,7 +303,7 @@ def test_the_best_surviving_candidate_is_judged() -> None:
 
 def test_without_verify_accept_the_verdicts_change_nothing() -> None:
     for case in CASES:
-        if case.policy.verify_accept is None:
+        if case.policy.verify_accept is None and case.policy.verify_previous is None:
             judged = dataclasses.replace(case, verdicts={"sc-1": 0.0}).run()
             assert (judged.status, judged.reason) == (case.status, case.reason)
 
@@ -370,3 +383,81 @@ def test_another_conversations_answer_is_judged_only_after_the_same_user_turns()
         assert (d.status, d.reason) == (Status.HALF_HIT, Reason.OTHER_HISTORY)
     own = make_candidate(record=make_record(history="h2"), same_session=True, turn_gap=1)
     assert decide([own], sig, make_policy()).reason is Reason.ACCEPT
+
+
+ASKED_AGAIN = "I need a packing list for a five day ski trip"
+SEEN = "Hold the reset button for ten seconds."
+
+
+def previous_turn(score: float = 0.5, **record: Any) -> Candidate:
+    return make_candidate(
+        score, record=make_record(record.pop("question", "Five days."), **record), same_session=True, turn_gap=1
+    )
+
+
+def test_the_previous_turn_below_its_level_is_judged_as_any_other_candidate() -> None:
+    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN)
+    policy = make_policy(verify_previous=0.9)
+    assert decide([previous_turn()], sig, policy, verdicts={"sc-1": 0.89}).reason is Reason.BELOW_CANDIDATE
+    assert decide([previous_turn()], sig, policy).reason is Reason.BELOW_CANDIDATE  # verifier unavailable
+
+
+def test_only_the_record_holding_the_answer_the_user_saw_is_asked_about() -> None:
+    """A derived session id can join two conversations that opened alike: the previous turn's
+    record must hold the reply this conversation carries."""
+    policy = make_policy(verify_previous=0.9)
+    cand = previous_turn()
+    assert [
+        c.record.cache_id for c in candidates_to_verify([cand], make_sig(ASKED_AGAIN, previous_reply_head=SEEN), policy)
+    ] == ["sc-1"]
+    other = make_sig(ASKED_AGAIN, previous_reply_head="Unplug it for a minute.")
+    assert candidates_to_verify([cand], other, policy) == []
+    assert decide([cand], other, policy, verdicts={"sc-1": 0.99}).reason is Reason.BELOW_CANDIDATE
+    for not_previous in (make_candidate(0.5, same_session=True, turn_gap=2), make_candidate(0.5)):
+        assert candidates_to_verify([not_previous], make_sig(ASKED_AGAIN, previous_reply_head=SEEN), policy) == []
+
+
+def test_the_previous_turn_asked_again_still_meets_every_later_net() -> None:
+    policy = make_policy(verify_previous=0.9)
+    sig = make_sig("cheap flights from paris to rome", previous_reply_head=SEEN)
+    swapped = previous_turn(question="cheap flights from rome to paris")
+    assert decide([swapped], sig, policy, verdicts={"sc-1": 0.99}).reason is Reason.REORDERED_WORDS
+    conflicting = previous_turn(entities=BERGEN)
+    d = decide(
+        [conflicting], make_sig(ASKED_AGAIN, entities=OSLO, previous_reply_head=SEEN), policy, verdicts={"sc-1": 0.99}
+    )
+    assert d.reason is Reason.FILTERED_ENTITIES
+    short = previous_turn(question="give me 5 tips for packing", key_facts={"list_items": 3}, entities=FIVE_TIPS)
+    sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS, previous_reply_head=SEEN)
+    assert decide([short], sig, policy, verdicts={"sc-1": 0.99}).reason is Reason.VALIDATION_FAILED
+
+
+def test_a_restatement_its_words_show_is_not_asked_about() -> None:
+    policy = make_policy(verify_previous=0.9, restatement=True)
+    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN, restated_answer=SEEN)
+    assert candidates_to_verify([previous_turn()], sig, policy) == []
+    assert decide([previous_turn()], sig, policy).reason is Reason.RESTATEMENT
+
+
+def test_both_levels_ask_about_the_previous_turn_and_the_best_candidate_once_each() -> None:
+    policy = make_policy(verify_previous=0.9, verify_accept=0.8)
+    best = make_candidate(0.95, make_record(cache_id="best"))
+    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN)
+    assert [c.record.cache_id for c in candidates_to_verify([previous_turn(), best], sig, policy)] == ["sc-1", "best"]
+    # the previous turn asked again is served at its own level, not at verify_accept
+    d = decide([previous_turn(), best], sig, policy, verdicts={"sc-1": 0.92, "best": 0.1})
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.VERIFIED_PREVIOUS, "sc-1")
+    d = decide([previous_turn(), best], sig, policy, verdicts={"sc-1": 0.2, "best": 0.85})
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.VERIFIED, "best")
+
+
+def test_a_turn_leaning_on_another_reply_is_not_the_previous_turn_asked_again() -> None:
+    """ "Yes please." twice: the second says yes to another offer, whatever the verifier read."""
+    policy = make_policy(verify_previous=0.9)
+    offer = previous_turn(
+        question="yes please", previous_reply="no starbucks nearby, directions to another coffee shop?"
+    )
+    sig = make_sig("yes please", previous_reply="coupa is 6 miles away, would you like directions?",
+                   previous_reply_head=SEEN)  # fmt: skip
+    d = decide([offer], sig, policy, verdicts={"sc-1": 0.99})
+    assert (d.status, d.reason) == (Status.HALF_HIT, Reason.CONTEXT_DIFFERS)

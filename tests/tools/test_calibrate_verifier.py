@@ -35,7 +35,7 @@ def travel_rows() -> list[Row]:
 
 def test_verify_accept_sits_above_the_worst_false_candidate_when_data_cannot_show_the_target() -> None:
     [(intent, fitted)] = calibrate_verifier(travel_rows(), target=1e-3).items()
-    assert intent == "travel" and fitted.verify_accept == pytest.approx(0.705)
+    assert intent == "travel" and fitted.level == pytest.approx(0.705)
     assert (fitted.samples, fitted.hits, fitted.false_hits) == (40, 36, 0)
     assert fitted.fhr_upper == pytest.approx(1 - 0.05 ** (1 / 36), abs=1e-4)
     assert "too little data" in fitted.note
@@ -44,14 +44,14 @@ def test_verify_accept_sits_above_the_worst_false_candidate_when_data_cannot_sho
 def test_with_enough_data_the_lowest_level_meeting_the_target_is_chosen() -> None:
     rows = [row("travel", 0.6 + i / 20000, True) for i in range(3000)] + [row("travel", 0.4, False)]
     fitted = calibrate_verifier(rows, target=1e-3)["travel"]
-    assert fitted.note == "meets target" and 0.6 <= fitted.verify_accept < 0.62
+    assert fitted.note == "meets target" and 0.6 <= fitted.level < 0.62
     assert fitted.fhr_upper <= 1e-3
 
 
 def test_an_intent_with_few_samples_takes_no_lower_than_the_pooled_level() -> None:
     rows = travel_rows() + [row("chitchat", 0.55, True)] * 5
     fitted = calibrate_verifier(rows, target=1e-3)
-    assert fitted["chitchat"].verify_accept == pytest.approx(0.705)  # its own data alone would give 0.5
+    assert fitted["chitchat"].level == pytest.approx(0.705)  # its own data alone would give 0.5
     assert "only 5 samples" in fitted["chitchat"].note
     assert fitted["chitchat"].hits == 0
 
@@ -114,3 +114,58 @@ def test_shadow_replay_verifies_every_candidate_of_intents_that_verify() -> None
     shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
     assert shadow.intents["travel"].verify_accept == 0.0
     assert shadow.intents["chitchat"].verify_accept is None
+
+
+def asked_again(rows: list[Row]) -> list[Row]:
+    """The same rows as shadow replay writes them for the session's previous turn (verify_previous)."""
+    return [dataclasses.replace(r, reason="verified_previous", score=0.5) for r in rows]
+
+
+def test_verify_previous_is_fitted_on_the_previous_turn_verdicts_alone(tmp_path: Path) -> None:
+    rows = asked_again(travel_rows()) + [row("travel", 0.99, False)] * 3  # a wrong best candidate at 0.99
+    previous = calibrate_verifier(rows, setting="verify_previous")
+    assert previous["travel"].level == pytest.approx(0.705) and previous["travel"].samples == 40
+    assert calibrate_verifier(rows)["travel"].level == pytest.approx(0.995)
+    # neither the accept threshold nor verify_accept reads them: they were not judged by score
+    assert calibrate(asked_again(travel_rows()), min_samples=5)["travel"].samples == 0
+    assert describe_verified(previous)[0].startswith("verify_previous travel: 0.705 (40 verified")
+    out = tmp_path / "previous.yaml"
+    write_policy(DEFAULT_POLICY, out, {}, traces=["t"], target=1e-3, previous=previous)
+    policy = load_policy(out)
+    assert policy.intents["travel"].verify_previous == pytest.approx(0.705)
+    assert policy.intents["travel"].verify_accept is None
+    assert "# travel: 40 verified; at verify_previous 0.705" in out.read_text(encoding="utf-8")
+
+
+def test_held_out_serves_the_previous_turn_at_its_own_level_only() -> None:
+    rows = [dataclasses.replace(r, conversation=f"c{i}") for i, r in enumerate(asked_again(travel_rows()) * 2)]
+    result = held_out(rows, folds=2, min_samples=5)
+    assert result.hits > 0 and result.false_hits == 0
+    # a policy without verify_previous never serves them by score, however high
+    assert (
+        held_out([dataclasses.replace(r, score=0.999, verified=None) for r in rows], folds=2, min_samples=5).hits == 0
+    )
+
+
+def test_shadow_replay_judges_the_previous_turn_at_every_probability() -> None:
+    policy = load_policy(DEFAULT_POLICY)
+    travel = dataclasses.replace(policy.intents["travel"], verify_previous=0.9)
+    shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
+    assert shadow.intents["travel"].verify_previous == 0.0
+    assert shadow.intents["chitchat"].verify_previous is None
+
+
+def test_a_verifier_level_the_template_sets_but_calibration_did_not_fit_is_dropped(tmp_path: Path) -> None:
+    template = tmp_path / "template.yaml"
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    data["defaults"]["verify_previous"] = 0.5
+    data["intents"]["general"]["verify_accept"] = 0.5
+    template.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    assert load_policy(template).intents["chitchat"].verify_previous == 0.5
+    out = tmp_path / "out.yaml"
+    previous = calibrate_verifier(asked_again(travel_rows()), setting="verify_previous")
+    write_policy(template, out, {}, traces=["t"], target=1e-3, previous=previous)
+    policy = load_policy(out)
+    assert policy.intents["travel"].verify_previous == pytest.approx(0.705)
+    assert all(i.verify_previous is None for n, i in policy.intents.items() if n != "travel")
+    assert all(i.verify_accept is None for i in policy.intents.values())

@@ -96,6 +96,28 @@ def test_pair_converters_skip_the_texts_the_shipped_verifier_trained_on() -> Non
         assert not {text_key(t.user) for c in convs for t in c.turns} & trained
 
 
+def test_dialogue_converters_skip_the_dialogues_the_shipped_verifier_mined() -> None:
+    from proxy.tools.datasets.pairs import verifier_trained_dialogue
+    from proxy.tools.verifier.mining import MINED_SETS
+
+    trained = verifier_trained_dialogue()
+    openings: dict[tuple[str, ...], bool] = {}  # a dialogue's first two user turns -> trained on?
+
+    def keep(dialogue: str, user_turns: list[str]) -> bool:
+        opening = tuple(norm(u) for u in user_turns[:2])
+        openings[opening] = openings.get(opening, False) or trained(dialogue)
+        return False
+
+    for miner in MINED_SETS.values():
+        list(miner(DATA, keep, random.Random(0)))
+    assert sum(openings.values()) > 500  # the split is real: most dialogues are training dialogues
+    for name in ("gecor_followups", "kvret_rewrites", "crosswoz_dialogues"):
+        convs = CONVERTERS[name](DATA, random.Random(1), 90)
+        assert len(convs) >= 30, name
+        seen = [tuple(norm(t.user) for t in c.turns[:2]) for c in convs if len(c.turns) >= 2]
+        assert not [o for o in seen if openings.get(o)], name
+
+
 def test_converters_skip_rows_the_dev_traces_use() -> None:
     if not DEV.is_file():
         pytest.skip("no dev traces to keep apart from")
@@ -107,10 +129,10 @@ def test_converters_skip_rows_the_dev_traces_use() -> None:
         assert not {norm(t.user) for c in convs for t in c.turns} & dev
     openings = {tuple(users[:2]) for users in dev_convs}
     camrest = CONVERTERS["gecor_followups"](DATA, random.Random(1), 300)
-    assert len(camrest) >= 100
+    assert len(camrest) >= 30  # the dialogues the verifier trained on are left out too
     assert not {tuple(norm(t.user) for t in c.turns[:2]) for c in camrest} & openings
     kvret = CONVERTERS["kvret_rewrites"](DATA, random.Random(1), 300)
-    assert len(kvret) >= 100
+    assert len(kvret) >= 30
     assert not {norm(c.turns[-1].user) for c in kvret} & dev  # the paraphrases and gold rewrites
 
 

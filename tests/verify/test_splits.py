@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -113,8 +114,12 @@ def test_shipped_manifest_matches_the_split(splits: Splits) -> None:
         pytest.skip("no shipped weights yet")
     shipped = json.loads(path.read_text(encoding="utf-8"))
     assert shipped["seed"] == splits.seed
-    assert shipped["test_sha256"] == manifest(splits, [], [])["test_sha256"]
+    now = manifest(splits, [], [])["test_sha256"]
+    # every set the weights were held out on splits as it did then; a set mined since is one
+    # they never read, so its test rows are unseen too
+    assert {k: now.get(k) for k in shipped["test_sha256"]} == shipped["test_sha256"]
     trained = set(shipped["trained_rows"]) | set(shipped["calibration_rows"])
+    assert not (set(now) - set(shipped["test_sha256"])) & trained
     assert "numbers_changed" in trained and trained <= set(shipped["counts"]["train"]) | {"numbers_changed"}
 
 
@@ -129,3 +134,29 @@ def test_next_turn_negatives_pair_a_turn_in_context_with_the_turn_before_it(spli
         assert text_key(p.a.question) != text_key(p.b.question) or p.a.previous_reply_head != p.b.previous_reply_head
     sources = {p.group.split(":")[0] for p in rows}
     assert sources == {"gecor", "crosswoz", "mt_bench"}
+
+
+def test_restated_turns_are_read_as_the_cache_meets_them(splits: Splits) -> None:
+    rows = [p for name in ("train", "calib", "test") for p in splits.rows[name] if p.source == "mined_restated"]
+    assert len(rows) > 1000
+    for p in rows:
+        # the candidate is the turn before: the request reads it as its previous question
+        assert p.a.previous_question == p.b.question
+    positives = [p for p in rows if p.label == 1]
+    assert {p.group.split(":")[0] for p in positives} == {"gecor", "kvret", "crosswoz"}
+    # a repeat, word for word, after its answer, and a rewrite that spells the turn out
+    assert any(text_key(p.a.question) == text_key(p.b.question) for p in positives)
+    assert any(len(p.a.question) > len(p.b.question) + 20 for p in positives)
+    assert {p.group.split(":")[0] for p in rows if p.label == 0} == {"kvret"}  # the next driver turn
+
+
+def test_pair_rows_asked_in_one_session_keep_their_label() -> None:
+    from proxy.tools.verifier.dataset import asked_in_session
+
+    pairs = [LabeledPair("lcqmc", PairSide(f"q{i}"), PairSide(f"r{i}"), i % 2) for i in range(10)]
+    mined = LabeledPair("mined_gecor", PairSide("a", "b"), PairSide("c"), 1, "gecor:1")
+    out = asked_in_session([*pairs, mined], random.Random(0), 6)
+    assert len(out) == 6 and all(p.source == "asked_in_session" for p in out)
+    for p in out:
+        i = int(p.b.question[1:])
+        assert p.a == PairSide(f"r{i}", f"q{i}") and p.b == PairSide(f"q{i}") and p.label == i % 2

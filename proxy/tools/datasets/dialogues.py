@@ -1,5 +1,5 @@
 """Multi-turn converters: GECOR follow-ups, KVRET rewrites, CrossWOZ dialogues, MT-Bench
-follow-ups."""
+follow-ups. Dialogues the shipped pair verifier mined training pairs from are left out."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from proxy.tools.datasets.pairs import verifier_trained_dialogue
 from proxy.tools.datasets.traces import (
     EN_SYSTEM,
     ZH_SYSTEM,
@@ -27,9 +28,10 @@ from proxy.tools.datasets.traces import (
 def _gecor_groups(dials: list[dict[str, Any]], held: HeldOut) -> dict[str, list[tuple[int, int]]]:
     """Elliptical follow-up text -> (dialogue, turn) whose complete forms differ, one per form."""
     groups: dict[str, dict[str, tuple[int, int]]] = {}
+    trained = verifier_trained_dialogue()
     for di, d in enumerate(dials):
         users = [norm_text(t["usr"]["transcript"]) for t in d["dial"]]
-        if tuple(users[:2]) in held.openings:
+        if tuple(users[:2]) in held.openings or trained(f"gecor:{di}"):
             continue
         for ti, t in enumerate(d["dial"][1:], 1):
             raw, full = users[ti], norm_text(t["usr"].get("transcript_complete") or "")
@@ -67,9 +69,12 @@ def _kvret_records(dials: list[dict[str, Any]], held: HeldOut) -> list[tuple[int
     """(dialogue, assistant turn) whose reformulation rewrites the driver turn before it, which
     follows at least one other driver turn; dialogues the dev traces use are skipped."""
     out = []
+    trained = verifier_trained_dialogue()
     for di, d in enumerate(dials):
         turns = d["dialogue"]
         refs = [t.get("reformulation") or {} for t in turns]
+        if trained(f"kvret:{di}"):
+            continue
         if any(norm_text(p) in held.texts for r in refs for p in r.get("mturk_reformulations") or []):
             continue
         for i, r in enumerate(refs):
@@ -116,7 +121,10 @@ _THANKS = re.compile(r"谢|再见|没有问题|没问题")
 def crosswoz_dialogues(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:
     """Whole CrossWOZ val dialogues, every user turn its own key (any hit inside is false); in about
     half, one question is asked again right after its answer (same key, measures recall)."""
-    rows = read_jsonl(data_dir / "crosswoz" / "val_turns.jsonl")
+    trained = verifier_trained_dialogue()
+    rows = [
+        r for r in read_jsonl(data_dir / "crosswoz" / "val_turns.jsonl") if not trained(f"crosswoz:{r['dialog_id']}")
+    ]
     out: list[Conversation] = []
     for idx in rng.sample(range(len(rows)), min(limit, len(rows))):
         turns = rows[idx]["turns"]
@@ -140,7 +148,8 @@ def crosswoz_dialogues(data_dir: Path, rng: random.Random, limit: int) -> list[C
 def _mtbench(folder: Path, lang: str, rng: random.Random, n: int) -> list[Conversation]:
     ref_path = folder / "reference_answer_gpt-4.jsonl"
     refs = {r["question_id"]: r["choices"][0]["turns"] for r in read_jsonl(ref_path)} if ref_path.is_file() else {}
-    qs = read_jsonl(folder / "question.jsonl")
+    trained = verifier_trained_dialogue()
+    qs = [q for q in read_jsonl(folder / "question.jsonl") if not trained(f"mt_bench:{q['question_id']}")]
     out = []
     for q in rng.sample(qs, min(n, len(qs))):
         draft = Draft(ZH_SYSTEM if lang == "zh" else EN_SYSTEM)

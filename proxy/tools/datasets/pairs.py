@@ -1,8 +1,9 @@
 """Paraphrase-pair converters (QQP, PAWS-X): each pair asked in one conversation and across
 conversations of one tenant.
 
-Rows the shipped pair verifier was trained on are left out: calibrating ``verify_accept`` on
-pairs the model has learned would set it where only memorised pairs score, and serve too much.
+Rows the shipped pair verifier was trained on are left out (here, and the dialogues it mined in
+``dialogues``): calibrating its levels on pairs the model has learned would set them where only
+memorised pairs score, and serve too much.
 """
 
 from __future__ import annotations
@@ -26,14 +27,26 @@ from proxy.tools.datasets.traces import (
 from proxy.tools.verifier.dataset import split_pair_sets
 from proxy.tools.verifier.heldout import eval_rows
 from proxy.tools.verifier.pairs import text_key
+from proxy.tools.verifier.splits import split_of
 from proxy.verify.cross_encoder import DEFAULT_WEIGHTS
+
+
+def _split_seed(weights: Path) -> int:
+    return int(json.loads((weights / "heldout.json").read_text(encoding="utf-8"))["seed"])
+
+
+def verifier_trained_dialogue(weights: Path = DEFAULT_WEIGHTS) -> Callable[[str], bool]:
+    """Is this dialogue (``kvret:12``, ``gecor:3``, ``crosswoz:5709``, ``mt_bench:81``: the units
+    ``proxy.tools.verifier.mining`` splits by) one the verifier at ``weights`` mined training
+    pairs from? Calibrating on them would fit its levels where memorised dialogues score."""
+    seed = _split_seed(weights)
+    return lambda unit: split_of(seed, unit) == "train"
 
 
 def verifier_trained(data_dir: Path, weights: Path = DEFAULT_WEIGHTS) -> frozenset[str]:
     """Text keys of the pair-set rows the verifier at ``weights`` trained on (its ``heldout.json``
     split seed); its mined conversation pairs are no pair-set texts, so they are not read."""
-    seed = int(json.loads((weights / "heldout.json").read_text(encoding="utf-8"))["seed"])
-    rows = split_pair_sets(data_dir, seed, eval_rows(data_dir))["train"]
+    rows = split_pair_sets(data_dir, _split_seed(weights), eval_rows(data_dir))["train"]
     return frozenset(text_key(side.question) for p in rows for side in (p.a, p.b))
 
 

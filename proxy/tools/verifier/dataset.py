@@ -23,7 +23,7 @@ from proxy.tools.verifier.pairs import PAIR_SETS, LabeledPair, load_pair_set, te
 from proxy.tools.verifier.splits import FRACTIONS, RULE, Split, split_pairs
 from proxy.verify import PairSide
 
-__all__ = ["Splits", "build_splits", "manifest", "numbers_changed", "sample", "split_pair_sets"]
+__all__ = ["Splits", "asked_in_session", "build_splits", "manifest", "numbers_changed", "sample", "split_pair_sets"]
 
 _NUMBER = re.compile(r"\d+")
 
@@ -64,6 +64,18 @@ def numbers_changed(pairs: Sequence[LabeledPair], rng: random.Random, limit: int
         changed = text[: match.start()] + other + text[match.end() :]
         out.append(LabeledPair("numbers_changed", PairSide(text), PairSide(changed), 0))
     return out
+
+
+def asked_in_session(pairs: Sequence[LabeledPair], rng: random.Random, limit: int) -> list[LabeledPair]:
+    """Context-free pairs as one session asks them: the second question read with the first as its
+    previous turn, against the first. A session's previous turn is the candidate the cache meets
+    most; this keeps the pair's label, not the layout, deciding the verdict there."""
+    bare = [p for p in pairs if not p.a.previous_question and not p.b.previous_question and p.group == ""]
+    rng.shuffle(bare)
+    return [
+        LabeledPair("asked_in_session", PairSide(p.b.question, p.a.question), PairSide(p.a.question), p.label)
+        for p in bare[:limit]
+    ]
 
 
 def sample(pairs: Sequence[LabeledPair], caps: dict[str, int], seed: int) -> list[LabeledPair]:

@@ -15,6 +15,12 @@
   earlier turn of the session is one, and a follow-up that narrows the question before it
   ("I want to improve my cardiovascular health." after "How much exercise should I do?") asks
   for another answer. A turn whose complete form is the previous turn's is left out.
+- Restated turns (CQR-KVRET, CamRest676, CrossWOZ), read as the cache meets them: the turn
+  right after an elliptical one, spelling it out (its rewrite or complete form) or asking it
+  again word for word, read with that turn as its previous question, vs that turn in its own
+  context, is a positive. Without them the next-turn negatives teach that a candidate which is
+  the request's previous turn is always another request. KVRET's next driver turn in the same
+  layout is a negative.
 
 Dialogues are split first (``split_of`` over the dialogue id) and pairs are mined only among
 the dialogues of one split, so no dialogue feeds two splits. Dialogues the replay traces use
@@ -208,12 +214,74 @@ def _next_turns(data: Path, keep: Callable[[str, list[str]], bool], rng: random.
                 yield LabeledPair("mined_next_turn", PairSide(t2, t1), PairSide(t1), 0, f"mt_bench:{q}")
 
 
+def _restated(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
+    dials = json.loads((data / "cqr_kvret/cqr_kvret_dev_public.json").read_text(encoding="utf-8"))
+    for di, d in enumerate(dials):
+        turns = d["dialogue"]
+        if not keep(f"kvret:{di}", [t["data"]["utterance"] for t in turns if t["turn"] == "driver"]):
+            continue
+        drivers = [j for j, t in enumerate(turns) if t["turn"] == "driver"]
+        for ti, t in enumerate(turns):
+            ref = t.get("reformulation") or {}
+            rewrites = [r for r in [ref.get("reformulated_utt"), *ref.get("mturk_reformulations", [])] if r]
+            users = [j for j in drivers if j < ti]
+            if not rewrites or not users or t["turn"] != "assistant":
+                continue
+            last = users[-1]
+            before = [j for j in users if j < last]
+            asked = turns[last]["data"]["utterance"]
+            reply_before = (
+                turns[last - 1]["data"]["utterance"] if last >= 1 and turns[last - 1]["turn"] == "assistant" else ""
+            )
+            earlier = PairSide(asked, turns[before[-1]]["data"]["utterance"] if before else "", reply_before)
+            reply = t["data"]["utterance"]
+            for rewrite in rng.sample(rewrites, min(2, len(rewrites))):
+                yield LabeledPair("mined_restated", PairSide(rewrite, asked, reply), earlier, 1, f"kvret:{di}")
+            after = next((j for j in drivers if j > ti), None)
+            if after is not None and text_key(turns[after]["data"]["utterance"]) != text_key(asked):
+                side = PairSide(turns[after]["data"]["utterance"], asked, reply)
+                yield LabeledPair("mined_restated", side, earlier, 0, f"kvret:{di}")
+    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
+    for di, d in enumerate(dials):
+        turns = d["dial"]
+        if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
+            continue
+        for ti in range(len(turns)):
+            raw, full = turns[ti]["usr"]["transcript"].strip(), turns[ti]["usr"]["transcript_complete"].strip()
+            reply = turns[ti]["sys"]["sent"].strip()
+            if raw and full and text_key(raw) != text_key(full):
+                yield LabeledPair(
+                    "mined_restated", PairSide(full, raw, reply), _camrest_side(turns, ti), 1, f"gecor:{di}"
+                )
+        ti = rng.randrange(len(turns))
+        raw = turns[ti]["usr"]["transcript"].strip()
+        if raw:
+            side = PairSide(raw, raw, turns[ti]["sys"]["sent"].strip())
+            yield LabeledPair("mined_restated", side, _camrest_side(turns, ti), 1, f"gecor:{di}")
+    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        turns, dialog = row["turns"], str(row["dialog_id"])
+        if not keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
+            continue
+        users = [i for i, t in enumerate(turns) if t["role"] == "usr" and t["content"].strip()]
+        answered = [k for k, i in enumerate(users) if i + 1 < len(turns) and turns[i + 1]["role"] == "sys"]
+        if not answered:
+            continue
+        k = rng.choice(answered)
+        i = users[k]
+        reply_before = turns[i - 1]["content"] if i >= 1 and turns[i - 1]["role"] == "sys" else ""
+        earlier = PairSide(turns[i]["content"], turns[users[k - 1]]["content"] if k >= 1 else "", reply_before)
+        side = PairSide(turns[i]["content"], turns[i]["content"], turns[i + 1]["content"])
+        yield LabeledPair("mined_restated", side, earlier, 1, f"crosswoz:{dialog}")
+
+
 MINED_SETS: dict[str, Callable[[Path, Callable[[str, list[str]], bool], random.Random], Iterator[LabeledPair]]] = {
     "mined_gecor": _gecor,
     "mined_kvret": _kvret,
     "mined_crosswoz": _crosswoz,
     "mined_mt_bench": _mt_bench,
     "mined_next_turn": _next_turns,
+    "mined_restated": _restated,
 }
 
 

@@ -20,7 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from proxy.tools.verifier.dataset import Splits, build_splits, manifest, numbers_changed, sample
+from proxy.tools.verifier.dataset import (
+    Splits,
+    asked_in_session,
+    build_splits,
+    manifest,
+    numbers_changed,
+    sample,
+)
 from proxy.tools.verifier.metrics import auc, fit_platt, recall_at_precision
 from proxy.tools.verifier.pairs import LabeledPair
 from proxy.verify.graph import base_image, base_path
@@ -31,7 +38,16 @@ __all__ = ["TRAIN_CAPS", "main"]
 # Chinese sets are not drowned; the small adversarial and mined sets are read twice.
 TRAIN_CAPS = {"qqp": 10000, "atec": 6000}
 CALIB_CAPS = {"qqp": 2500, "atec": 1500}
-REPEAT = {"pawsx": 2, "mined_gecor": 2, "mined_kvret": 2, "mined_crosswoz": 3, "mined_mt_bench": 2}
+REPEAT = {
+    "pawsx": 2,
+    "mined_gecor": 2,
+    "mined_kvret": 2,
+    "mined_crosswoz": 3,
+    "mined_mt_bench": 2,
+    "mined_restated": 2,
+}
+# Pair-set training rows also asked as one session asks them (dataset.asked_in_session).
+IN_SESSION_ROWS = 8000
 NAME, VERSION = "e5-small-cross-encoder", "1"
 
 
@@ -85,6 +101,9 @@ def _rows(splits: Splits, args: argparse.Namespace) -> tuple[list[LabeledPair], 
     """Training rows (each once: repeats are drawn by the batch sampler) and calibration rows."""
     base = sample(splits.rows["train"], _caps(args), args.seed)
     base += numbers_changed(base, random.Random(f"{args.seed}|numbers"), 1500)
+    base += asked_in_session(
+        base, random.Random(f"{args.seed}|session"), _caps(args).get("asked_in_session", IN_SESSION_ROWS)
+    )
     if args.scale < 1:
         base = random.Random(args.seed).sample(base, int(len(base) * args.scale))
     calib = sample(splits.rows["calib"], CALIB_CAPS, args.seed)
