@@ -112,8 +112,12 @@ class DecisionContext:
         if not (self.policy.restatement and self.sig.restates_previous):
             return None
         answer = self.sig.restated_answer
-        # the intent filter does not apply: the classifier may well name the two wordings of one
-        # request differently; an entity conflict still drops the record
+        return self._previous_turn_answering(lambda text: fold_space(text) == answer)
+
+    def _previous_turn_answering(self, saw: Callable[[str], bool]) -> Candidate | None:
+        """The session's previous turn, if its record holds the answer the user saw (``saw``).
+        The intent filter does not apply: the classifier may well name the two wordings of one
+        request differently; an entity conflict still drops the record."""
         return next(
             (
                 f.candidate
@@ -121,7 +125,7 @@ class DecisionContext:
                 if f.reason in (None, Reason.FILTERED_INTENT)
                 and f.candidate.same_session
                 and f.candidate.turn_gap == 1
-                and fold_space(f.candidate.record.answer_text) == answer
+                and saw(f.candidate.record.answer_text)
             ),
             None,
         )
@@ -134,25 +138,16 @@ class DecisionContext:
         if self.policy.verify_previous is None or not self.policy.direct_hit or self.words_restated is not None:
             return None
         seen = fold_space(self.sig.previous_reply_head)
-        return next(
-            (
-                f.candidate
-                for f in self.ranked
-                if f.reason in (None, Reason.FILTERED_INTENT)
-                and f.candidate.same_session
-                and f.candidate.turn_gap == 1
-                and seen
-                and fold_space(f.candidate.record.answer_text[:REPLY_HEAD_CHARS]) == seen
-            ),
-            None,
-        )
+        if not seen:
+            return None
+        return self._previous_turn_answering(lambda text: fold_space(text[:REPLY_HEAD_CHARS]) == seen)
 
     @property
     def asked_again(self) -> bool:
         """Does the verifier read this request as the session's previous turn asked again?"""
-        prev = self.previous_turn
+        level, prev = self.policy.verify_previous, self.previous_turn
         p = None if prev is None else self.verdicts.get(prev.record.cache_id)
-        return p is not None and self.policy.verify_previous is not None and p >= self.policy.verify_previous
+        return p is not None and level is not None and p >= level
 
     @property
     def restated(self) -> Candidate | None:
