@@ -53,6 +53,10 @@ class Lookup:
 # a lookup scanning up to this many rows runs on the event loop, not in the executor: ~0.05 ms of
 # numpy against ~0.2 ms for the hop (tests/storage/test_vector_index.py keeps both paths alike)
 INLINE_ROWS = 1024
+# An exact repeat embeds to the very vector its record holds; the index keeps rows in bfloat16,
+# which moves a cosine of 1 by under 1e-3. The request hash, not this score, decides.
+REPEAT_SCORE = 0.99
+REPEAT_K = 4  # one conversation asked in a few sessions; the newest records come first among equals
 
 
 @dataclass
@@ -75,6 +79,19 @@ def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
     if width >= SCOPE_WIDTH["tenant"]:
         return True
     return width >= SCOPE_WIDTH["user"] and who.user is not None and record.user == who.user
+
+
+def _repeated(record: Record, sig: Signature, who: Identity, policy: IntentPolicy) -> bool:
+    """Is the record this very conversation (model, system prompt and every message the same) asked
+    in another session within the intent's ``repeats_widen_to`` (the caller's tenant, or its user)?
+    Its answer was written for exactly what this caller sent, so the pool it went to does not
+    matter; it never crosses tenants."""
+    if record.request_hash != sig.request_hash or record.tenant != who.tenant:
+        return False
+    width = SCOPE_WIDTH[policy.repeats_widen_to]
+    return width >= SCOPE_WIDTH["tenant"] or (
+        width >= SCOPE_WIDTH["user"] and who.user is not None and record.user == who.user
+    )
 
 
 class SemanticCache:
@@ -223,7 +240,13 @@ class SemanticCache:
             self.pools.discard(label)
         self.index.delete(labels)
 
-    async def candidates(self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy) -> Found:
+    async def candidates(
+        self, sig: Signature, request: ChatRequest, who: Identity, policy: IntentPolicy, *, repeats_only: bool = False
+    ) -> Found:
+        """The records the decision reads: the nearest ones the policy's pools let this caller see,
+        and, within the intent's ``repeats_widen_to``, the record of this very conversation asked in
+        another session, whatever pool it was written to. ``repeats_only``: that record alone
+        (a turn that left its topic is judged on nothing else)."""
         namespace = request.controls.namespace or ""
 
         def admit(label: int) -> bool:
@@ -237,16 +260,25 @@ class SemanticCache:
             )
 
         want = Want(who.tenant, who.user, request.model, namespace, sig.system_prompt_version, policy.widen_to)
-        own, wider = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
-        top = nearest_of_both(own, wider, self.top_k)
+        top: Hits = []
+        if not repeats_only:
+            own, wider = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
+            top = nearest_of_both(own, wider, self.top_k)
+        near = len(top)
+        if policy.shares_repeats:
+            seen = {label for label, _ in top}
+            repeats = replace(want, widen_to=policy.repeats_widen_to, any_scope=True)
+            top += [hit for hit in await self._repeats(sig.vector, repeats) if hit[0] not in seen]
         rows = {r.label: r for r in await self.store.get_many([lab for lab, _ in top])}
         now = self.clock()
         # the request's own max-age / ttl also bounds the age of what it is served, as in HTTP
         oldest = -float("inf") if request.controls.ttl is None else now - request.controls.ttl
         ready, pending = [], []
-        for label, score in top:
+        for at, (label, score) in enumerate(top):
             r = rows.get(label)
-            if r is None or r.expires_at <= now or r.created_at < oldest or not visible(r, who, policy.widen_to):
+            if r is None or r.expires_at <= now or r.created_at < oldest:
+                continue
+            if not (visible(r, who, policy.widen_to) if at < near else _repeated(r, sig, who, policy)):
                 continue
             if r.state == "ready" and r.feedback_score >= policy.feedback_floor:
                 same = r.tenant == who.tenant and r.session == who.session
@@ -270,6 +302,14 @@ class SemanticCache:
         now = index.search_both_now(vector, session, k, wider, max_rows=INLINE_ROWS)
         return now if now is not None else await asyncio.to_thread(index.search_both, vector, session, k, wider)
 
+    async def _repeats(self, vector: np.ndarray, want: Want) -> Hits:
+        """Records of the tenant, in any pool, whose conversation vector is this one: the candidates
+        for an exact repeat (``_repeated`` then compares the conversations themselves)."""
+        index = self.index
+        now = index.search_both_now(vector, (), REPEAT_K, want, max_rows=INLINE_ROWS)
+        _, hits = now if now is not None else await asyncio.to_thread(index.search_both, vector, (), REPEAT_K, want)
+        return [hit for hit in hits if hit[1] >= REPEAT_SCORE]
+
     async def lookup(
         self,
         sig: Signature,
@@ -277,8 +317,10 @@ class SemanticCache:
         who: Identity,
         policy: IntentPolicy,
         stages: dict[str, float] | None = None,
+        *,
+        repeats_only: bool = False,
     ) -> Lookup:
-        found = await self.candidates(sig, request, who, policy)
+        found = await self.candidates(sig, request, who, policy, repeats_only=repeats_only)
         verdicts = await self._verdicts(found.ready, sig, policy, stages)
         t0 = time.perf_counter()
         decision = decide(found.ready, sig, policy, verdicts=verdicts)

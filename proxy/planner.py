@@ -95,15 +95,17 @@ class Planner:
         if feedback is not None:
             # the user asked for an answer of their own: never served, never stored
             return Plan(Status.MISS, feedback, sig, None if feedback in UNSTORED else policy)
-        skip = (Reason.TOPIC_SWITCH if sig.tags.context_switch else None) or (
-            Reason.NO_CACHE if req.controls.no_cache else None
-        )
-        if skip:
-            return Plan(Status.MISS, skip, sig, policy)
+        switched = sig.tags.context_switch
+        if req.controls.no_cache or (switched and not policy.shares_repeats):
+            return Plan(Status.MISS, Reason.TOPIC_SWITCH if switched else Reason.NO_CACHE, sig, policy)
         t = time.perf_counter()
-        found = await self.cache.lookup(sig, req, who, policy, stages)
+        # a turn that left its topic is signed without the history it left, so only the record of
+        # this very conversation, asked before in another session, may answer it
+        found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched)
         stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
         decision = found.decision
+        if switched and decision.status is not Status.HIT:
+            return Plan(Status.MISS, Reason.TOPIC_SWITCH, sig, policy)
         if decision.status is Status.MISS and pending_would_serve(
             found.best_pending, policy, better_than=decision.score
         ):

@@ -34,6 +34,7 @@ _OPTIONAL_DEFAULTS = (
     "feedback_floor",
     "prewarm",
     "restatement",
+    "repeats_widen_to",
     "verify_accept",
     "verify_previous",
 )
@@ -48,6 +49,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "feedback_floor": 0.0,
         "prewarm": False,
         "restatement": False,
+        "repeats_widen_to": "session",
         "verify_accept": None,
         "verify_previous": None,
         "exemplars": (),
@@ -94,9 +96,18 @@ class IntentPolicy:
     # served to a request the pair verifier reads as that turn asked again (a rewrite, a
     # paraphrase, a repeat) with at least this probability; every later net still runs
     verify_previous: float | None = None
+    # the widest pool (session, user or tenant) from which a conversation repeated byte for byte
+    # is served the answer the first one got, whatever pool that answer was written to
+    # (proxy.cache); "session": only the pools above, as for any other request
+    repeats_widen_to: Scope = "session"
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
+
+    @property
+    def shares_repeats(self) -> bool:
+        """Does an exact repeat reach past the caller's session beyond the pools above?"""
+        return self.repeats_widen_to != "session"
 
     @property
     def pools(self) -> tuple[Scope, ...]:

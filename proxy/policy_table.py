@@ -25,6 +25,7 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
         "ttl": _duration(intent.ttl),
         "pools": "→".join(intent.pools),
+        "repeats": intent.repeats_widen_to,
     }
     return {
         "intent": intent.name,

@@ -96,6 +96,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "feedback_floor": _as_unit,
         "prewarm": _as_bool,
         "restatement": _as_bool,
+        "repeats_widen_to": _choice(("session", "user", "tenant")),
         "verify_accept": _as_probability,
         "verify_previous": _as_probability,
         "exemplars": _as_texts,

@@ -123,6 +123,18 @@ def test_shipped_pools_widen_to_the_tenant_only_where_answers_do_not_depend_on_t
         assert intent.scope == "session" and not intent.global_safe
         widened = intent.name in SHARED_BY_THE_TENANT
         assert intent.pools == (("session", "user", "tenant") if widened else ("session",)), intent.name
+        assert intent.repeats_widen_to == "tenant", intent.name  # the same conversation, byte for byte
+
+
+def test_repeats_stay_in_their_pools_unless_a_policy_widens_them_and_the_table_says_where(shipped: Policy) -> None:
+    data = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    del data["defaults"]["repeats_widen_to"]
+    data["intents"]["travel"]["repeats_widen_to"] = "user"
+    policy = parse_policy(data, "copy.yaml")
+    assert [i.name for i in policy.intents.values() if i.shares_repeats] == ["travel"]
+    rows = {row["intent"]: row for row in policy_table(policy)}
+    assert (rows["travel"]["repeats"], rows["code"]["repeats"], rows["realtime"]["repeats"]) == ("user", "session", "-")
+    assert {row["repeats"] for row in policy_table(shipped) if row["cache"] == "yes"} == {"tenant"}
 
 
 def test_shipped_exemplars_are_not_forced_into_another_intent(shipped: Policy) -> None:
@@ -314,6 +326,12 @@ BROKEN = [
         "intents.travel.scope",
         "global_safe",
         id="global-scope-without-global-safe",
+    ),
+    pytest.param(
+        set_path("defaults.repeats_widen_to", "global"),
+        "defaults.repeats_widen_to",
+        "not one of: session, user, tenant",
+        id="repeats-never-global",
     ),
     pytest.param(delete_path("intents.general"), "intents.general", "fallback", id="missing-general"),
     pytest.param(delete_path("defaults.ttl"), "defaults.ttl", "required", id="missing-default"),

@@ -13,6 +13,10 @@ the decision (like structlog's processors). Pure: the verifier's probabilities c
    a verifier probability below ``verify_accept``, only reuses the context upstream.
 6. ``direct_hit: false`` never serves; answer validation checks the cached answer's key facts
    against the request's constraints, and a failure never serves. Otherwise a hit.
+
+An exact repeat (the same conversation byte for byte, perhaps another session's) is judged first
+of all the survivors and goes from the hard filters to stage 6: stages 2 to 5 would only read the
+conversation against itself.
 """
 
 from __future__ import annotations
@@ -96,7 +100,12 @@ class DecisionContext:
 
     @cached_property
     def ranked(self) -> list[Filtered]:
-        return sorted(hard_filter(self.candidates, self.sig), key=lambda f: -f.candidate.score)
+        """Best first; the record of this very conversation first of all, whatever its score."""
+        sig = self.sig
+        return sorted(
+            hard_filter(self.candidates, sig),
+            key=lambda f: (f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
+        )
 
     @cached_property
     def survivors(self) -> list[Candidate]:
@@ -172,8 +181,10 @@ class DecisionContext:
 
     @property
     def exact_repeat(self) -> bool:
-        """The same conversation, byte for byte: nothing for the verifier to tell apart."""
-        return self.best.record.request_hash == self.sig.request_hash
+        """The same conversation, byte for byte (another session's, where the intent shares
+        repeats): nothing changed, nothing reworded, nothing for the verifier to tell apart, so only
+        the checks on the answer itself still run."""
+        return self.restated is None and self.best.record.request_hash == self.sig.request_hash
 
     @property
     def verifies(self) -> bool:
@@ -209,12 +220,14 @@ def hard_filters(ctx: DecisionContext) -> Decision | None:
 
 
 def score_floor(ctx: DecisionContext) -> Decision | None:
-    if ctx.restated is None and ctx.best.score < ctx.policy.candidate:
+    if ctx.restated is None and not ctx.exact_repeat and ctx.best.score < ctx.policy.candidate:
         return ctx.about_best(Status.MISS, Reason.BELOW_CANDIDATE, signals=False)
     return None
 
 
 def change_detection(ctx: DecisionContext) -> Decision | None:
+    if ctx.exact_repeat:
+        return None
     if ctx.change.kind is ChangeKind.NEW_TOPIC:
         return ctx.about_best(Status.MISS, Reason.NEW_TOPIC)
     if ctx.change.kind is ChangeKind.MODIFIES_CONTEXT:
@@ -225,6 +238,8 @@ def change_detection(ctx: DecisionContext) -> Decision | None:
 def lexical_guards(ctx: DecisionContext) -> Decision | None:
     # a turn that leans on its context, asked after another reply, asks something else whatever the
     # verifier read: only a restatement its words show is exempt
+    if ctx.exact_repeat:
+        return None
     guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.words_restated is not None)
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
@@ -233,7 +248,12 @@ def accept_zone(ctx: DecisionContext) -> Decision | None:
     # Below accept only the context is reused upstream (KV prefix), never the old answer: the
     # change detector finds under half of the modifications on held-out data
     # (benchmarks/bench_change.py), so a no-change verdict alone does not make a hit.
-    if ctx.policy.verify_accept is not None or ctx.restated is not None or ctx.best.score >= ctx.policy.accept:
+    if (
+        ctx.policy.verify_accept is not None
+        or ctx.restated is not None
+        or ctx.exact_repeat
+        or ctx.best.score >= ctx.policy.accept
+    ):
         return None
     return ctx.about_best(Status.HALF_HIT, Reason.CANDIDATE_ZONE)
 
@@ -269,7 +289,7 @@ def hit(ctx: DecisionContext) -> Decision:
         reason = Reason.VERIFIED_PREVIOUS
     elif ctx.verifies:
         reason = Reason.VERIFIED
-    elif ctx.policy.verify_accept is not None and ctx.exact_repeat:
+    elif ctx.exact_repeat:
         reason = Reason.EXACT_REPEAT
     else:
         reason = Reason.ACCEPT

@@ -117,6 +117,7 @@ class Codes:
             self.find(want.namespace),
             self.find(want.version),
             SCOPE_WIDTH[want.widen_to],
+            want.any_scope,
         )
 
 
@@ -131,6 +132,9 @@ class Want:
     namespace: str
     version: str
     widen_to: str
+    # every record of the tenant (or, widening to "user", of the caller's user), whatever pool it
+    # was written to: the search for an exact repeat of the conversation (repeats_widen_to)
+    any_scope: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +149,15 @@ class Coded:
     namespace: int
     version: int
     width: int
+    any_scope: bool = False
 
     def mask(self, cols: Columns) -> npt.NDArray[np.bool_]:
-        width = np.minimum(cols[SCOPE], self.width)
         same = (cols[MODEL] == self.model) & (cols[NAMESPACE] == self.namespace) & (cols[VERSION] == self.version)
         mine = cols[TENANT] == self.tenant
+        if self.any_scope:
+            whole: npt.NDArray[np.bool_] = same & mine
+            return whole if self.width >= SCOPE_WIDTH["tenant"] else whole & (cols[USER] == self.user)
+        width = np.minimum(cols[SCOPE], self.width)
         mine &= (width >= SCOPE_WIDTH["tenant"]) | ((width >= SCOPE_WIDTH["user"]) & (cols[USER] == self.user))
         admitted: npt.NDArray[np.bool_] = same & (mine | (width >= SCOPE_WIDTH["global"]))
         return admitted

@@ -461,3 +461,50 @@ def test_a_turn_leaning_on_another_reply_is_not_the_previous_turn_asked_again() 
                    previous_reply_head=SEEN)  # fmt: skip
     d = decide([offer], sig, policy, verdicts={"sc-1": 0.99})
     assert (d.status, d.reason) == (Status.HALF_HIT, Reason.CONTEXT_DIFFERS)
+
+
+REPEAT = make_record(request_hash="req", cache_id="sc-repeat", answer="the answer this conversation got")
+
+
+@pytest.mark.parametrize(
+    ("sig", "record", "other_reason"),
+    [
+        # the record holds no entity the request names: another record is a modification
+        (make_sig(entities=OSLO), dataclasses.replace(REPEAT, coarse_tags={**REPEAT.coarse_tags}), "modifies_context"),
+        (
+            make_sig(),
+            dataclasses.replace(REPEAT, coarse_tags={**REPEAT.coarse_tags, "history": "h-o"}),
+            "other_history",
+        ),
+        (
+            make_sig("where is it?", previous_reply="you can pay by card or in cash"),
+            make_record("where is it?", request_hash="req", previous_reply="the museum opens at nine"),
+            "context_differs",
+        ),
+    ],
+    ids=["modifies", "other-history", "context-differs"],
+)
+def test_an_exact_repeat_is_judged_on_its_answer_alone(sig: Signature, record: Record, other_reason: str) -> None:
+    """The same conversation byte for byte: what change detection and the lexical guards read in
+    the words is the conversation itself, not a difference from it (a record's tags can disagree
+    with a request's only when written by an older tagger)."""
+    policy = make_policy(accept=0.999)
+    served = decide([make_candidate(0.995, record=record)], sig, policy)
+    assert (served.status, served.reason, served.stage) == (Status.HIT, Reason.EXACT_REPEAT, "hit")
+    other = decide([make_candidate(0.995, record=dataclasses.replace(record, request_hash="other"))], sig, policy)
+    assert (other.status, other.summary) != (Status.HIT, "exact_repeat")
+    assert other.reason == other_reason
+
+
+def test_the_exact_repeat_comes_before_a_nearer_candidate_and_still_meets_answer_validation() -> None:
+    near = make_candidate(1.0, record=make_record(cache_id="sc-near"))
+    repeat = make_candidate(0.991, record=REPEAT)
+    d = decide([near, repeat], make_sig(), make_policy())
+    assert (d.status, d.reason, d.record and d.record.cache_id) == (Status.HIT, Reason.EXACT_REPEAT, "sc-repeat")
+    three = make_record(
+        "give me 5 tips for packing", request_hash="req", entities=FIVE_TIPS, key_facts={"list_items": 3}
+    )
+    d = decide(
+        [make_candidate(record=three)], make_sig("give me 5 tips for packing", entities=FIVE_TIPS), make_policy()
+    )
+    assert (d.status, d.reason) == (Status.MISS, Reason.VALIDATION_FAILED)

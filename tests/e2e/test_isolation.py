@@ -40,9 +40,24 @@ SYSTEM = "You are a helpful assistant."
 # Pools of the module's policy; each intent is forced by a keyword so the pool under test never
 # depends on the classifier's mood.
 SCOPED_INTENTS = {
-    "general": {"scope": "session", "widen_to": "session"},  # the pool under test, whatever the shipped one is
+    # the pool under test, whatever the shipped one is; repeats too are kept to it
+    "general": {"scope": "session", "widen_to": "session", "repeats_widen_to": "session"},
     "chitchat": {"scope": "tenant", "widen_to": "tenant", "force": True, "keywords": ["joke"]},
-    "travel": {"scope": "user", "widen_to": "user", "force": True, "keywords": ["itinerary"]},
+    "travel": {
+        "scope": "user",
+        "widen_to": "user",
+        "repeats_widen_to": "user",
+        "force": True,
+        "keywords": ["itinerary"],
+    },
+    # answers kept to their session, but the same conversation is shared with the same user
+    "shopping": {
+        "scope": "session",
+        "widen_to": "session",
+        "repeats_widen_to": "user",
+        "force": True,
+        "keywords": ["coupon"],
+    },
     "after_sales": {
         "scope": "global",
         "widen_to": "global",
@@ -204,6 +219,27 @@ async def test_a_user_scoped_answer_serves_the_same_user_across_sessions_only(st
     via_body = await sdk_chat(client("key-A", "u-3"), text, model=model, user="alice")
     assert (via_body.cache, via_body.text) == ("hit", first.text)
     for other in (client("key-A", "u-4", "bob"), client("key-A", "u-5"), client("key-B", "u-6", "alice")):
+        reply = await sdk_chat(other, text, model=model)
+        assert reply.cache == "miss" and reply.text != first.text
+
+
+async def test_a_repeat_widened_to_the_user_serves_the_same_conversation_of_the_same_user_only(stack: Stack) -> None:
+    model, text = "m-scope-repeat", "Please tell me which coupon works for a pair of running shoes."
+
+    def client(key: str, session: str, user: str | None = None) -> openai.AsyncOpenAI:
+        headers = {"x-smartcache-session": session, **({"x-smartcache-user": user} if user else {})}
+        return stack.proxy.client(key, **headers)
+
+    first = await sdk_chat(client("key-A", "c-1", "alice"), text, model=model)
+    assert (first.cache, first.intent) == ("miss", "shopping")
+    assert await record_scopes(stack, model) == ["session"]
+    same_user = await sdk_chat(client("key-A", "c-2", "alice"), text, model=model)
+    assert (same_user.cache, same_user.text) == ("hit", first.text)
+    reworded = await sdk_chat(
+        client("key-A", "c-3", "alice"), "Which coupon works for a pair of running shoes?", model=model
+    )
+    assert reworded.cache == "miss"
+    for other in (client("key-A", "c-4", "bob"), client("key-A", "c-5"), client("key-B", "c-6", "alice")):
         reply = await sdk_chat(other, text, model=model)
         assert reply.cache == "miss" and reply.text != first.text
 

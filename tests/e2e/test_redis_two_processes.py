@@ -132,7 +132,7 @@ def session_pools(tmp_path: Path) -> Path:
     sharing across sessions has tests of its own (tests/e2e/test_widened_scopes.py)."""
     data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
     for intent in [data["defaults"], *data["intents"].values()]:
-        intent["widen_to"] = "session"
+        intent["widen_to"] = intent["repeats_widen_to"] = "session"
     path = tmp_path / "session-pools.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     return path

@@ -191,6 +191,27 @@ def test_the_mask_is_the_caches_visibility_rule(widen_to: str, caller_user: str 
     assert any(expected) == (widen_to in ("tenant", "global") or (widen_to == "user" and caller_user is not None))
 
 
+def test_the_repeat_mask_admits_the_whole_tenant_whatever_the_pool() -> None:
+    """The search for an exact repeat (``any_scope``): every record of the caller's tenant (or of its
+    user, widening to "user") with the request's model, namespace and version, session- and
+    user-scoped ones included; no other tenant's, not even one written to the global pool."""
+    keys = [
+        key(tenant, session="other", user=user, scope=scope, model=model, version=version)
+        for tenant, user, scope, model, version in itertools.product(
+            ("A", "B"), ("u1", "u2", None), SCOPES, (MODEL, "m2"), (VERSION, "v2")
+        )
+    ]
+    codes = Codes()
+    cols = codes.columns(keys)
+    mine = [k.tenant == "A" and k.model == MODEL and k.system_prompt_version == VERSION for k in keys]
+    tenant = codes.coded(Want("A", None, MODEL, "", VERSION, "tenant", any_scope=True)).mask(cols)
+    assert tenant.tolist() == mine
+    user = codes.coded(Want("A", "u1", MODEL, "", VERSION, "user", any_scope=True)).mask(cols)
+    assert user.tolist() == [m and k.user == "u1" for m, k in zip(mine, keys, strict=True)]
+    nobody = codes.coded(Want("A", None, MODEL, "", VERSION, "user", any_scope=True)).mask(cols)
+    assert not nobody.any()  # a caller without a user shares no user's repeats
+
+
 @pytest.mark.parametrize("exact_limit", [150, 10_000])
 def test_filtered_search_plus_the_session_is_the_exact_top_k_of_what_the_cache_admits(exact_limit: int) -> None:
     """What ``SemanticCache.nearest`` does (the session exactly, then the widened search) against
