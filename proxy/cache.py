@@ -21,7 +21,7 @@ import structlog
 from proxy.decision.decide import candidates_to_verify, decide
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.model import SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
+from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
@@ -280,6 +280,8 @@ class SemanticCache:
                 continue
             if not (visible(r, who, policy.widen_to) if at < near else _repeated(r, sig, who, policy)):
                 continue
+            if r.cut_at is not None and (r.cut_at != request.answer_cap or r.request_hash != sig.request_hash):
+                continue  # cut at a token limit: the answer to this very request at that limit alone
             if r.state == "ready" and r.feedback_score >= policy.feedback_floor:
                 same = r.tenant == who.tenant and r.session == who.session
                 gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
@@ -372,8 +374,12 @@ class SemanticCache:
         policy_version: str,
         answer: str,
         usage: dict[str, Any],
+        cut: bool = False,
     ) -> Record:
+        """``cut``: the engine ended the answer at the request's token limit; it is kept for that
+        very request at that limit only (``candidates``)."""
         now = self.clock()
+        cap = request.answer_cap if cut else None
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
         # tens of ms of jieba on a long answer: off the event loop
         facts = (await asyncio.to_thread(extract_key_facts, answer)).to_json()
@@ -386,7 +392,7 @@ class SemanticCache:
             namespace=request.controls.namespace or "",
             context_fingerprint=sig.context_fingerprint,
             intent=sig.tags.intent,
-            coarse_tags=sig.record_tags(),
+            coarse_tags={**sig.record_tags(), **({} if cap is None else {CUT_AT: cap})},
             vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
             qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
             answer_text=answer,

@@ -96,6 +96,9 @@ class Signature:
         }
 
 
+CUT_AT = "cut_at"  # the coarse tag of an answer cut at the request's token limit
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     cache_id: str
@@ -131,6 +134,13 @@ class Record:
 
     def qvector_array(self) -> np.ndarray:
         return np.frombuffer(self.qvector, dtype=np.float32)
+
+    @property
+    def cut_at(self) -> int | None:
+        """The token limit the engine cut this answer at (finish_reason "length"), if it did: it
+        answers only the very request that set that limit."""
+        value = self.coarse_tags.get(CUT_AT)
+        return value if isinstance(value, int) else None
 
 
 @dataclass(frozen=True, slots=True)

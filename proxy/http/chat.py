@@ -167,7 +167,10 @@ class ChatService:
         headers.update({"x-cache-id": record.cache_id, "age": str(max(0, int(self.clock() - record.created_at)))})
         # started before the reply is written: the engine prefills while the client reads
         out.prewarmed = self._prewarm(http, req, who, record.answer_text, policy)
-        response = await self._reply(http, req, headers, record.answer_text, cache_id=record.cache_id)
+        finish = "length" if record.cut_at is not None else "stop"
+        response = await self._reply(
+            http, req, headers, record.answer_text, cache_id=record.cache_id, finish_reason=finish
+        )
         out.stages["serve"] = time.perf_counter() - t
         return response
 
@@ -305,7 +308,7 @@ class ChatService:
                         metrics=self.metrics,
                     )
             else:
-                relayed = relay_json(await call.json(), out, ours)
+                relayed = relay_json(await call.json(), out, ours, cut_ok=req.answer_cap is not None)
         except UpstreamError as exc:
             self.metrics.upstream_error(type(exc).__name__)
             out.upstream_status = exc.status
@@ -315,7 +318,9 @@ class ChatService:
         finally:
             out.stages["upstream"] = time.perf_counter() - t
         out.upstream_cached_tokens = cached_tokens_of(relayed.usage)
-        await self._write_back(req, who, out, store, relayed.text if relayed.storable else None, relayed.usage)
+        cut = relayed.cut_at_limit and req.answer_cap is not None
+        kept = relayed.text if relayed.storable or cut else None
+        await self._write_back(req, who, out, store, kept, relayed.usage, cut=cut)
         if flight is not None and relayed.text is not None and relayed.finish_reason:
             cache_id = out.cache_id if out.stored else None
             flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
@@ -329,6 +334,8 @@ class ChatService:
         store: tuple[Signature, IntentPolicy] | None,
         answer: str | None,
         usage: dict[str, Any],
+        *,
+        cut: bool = False,
     ) -> None:
         if store is None or answer is None or req.controls.no_store:
             # still the session's last answer, so a regenerate or correction of it is known
@@ -347,6 +354,7 @@ class ChatService:
                 policy_version=self.policy_box.policy.version,
                 answer=answer,
                 usage=usage,
+                cut=cut,
             )
         except StoreUnavailable:  # the answer is relayed already; it is just not kept
             out.ending = Ending.STORE_UNAVAILABLE

@@ -30,22 +30,26 @@ class Relayed:
     text: str | None = None  # None: no answer came back whole (error in-band, cut, client gone)
     finish_reason: str | None = None
     storable: bool = False  # complete, successful, plain text
+    # storable only for the same request with the same token limit: the engine ended it there
+    cut_at_limit: bool = False
 
 
 # the cache's own headers, computed once the upstream's status is known
 OurHeaders = Callable[[], dict[str, str]]
 
 
-def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
+def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders, *, cut_ok: bool = False) -> Relayed:
+    """``cut_ok``: the request set a token limit, so an answer cut at it may be kept for it."""
     out.upstream_status = answer.status
-    storable, usage = answer_of_completion(answer.body)
+    storable, usage = answer_of_completion(answer.body, cut_ok=cut_ok)
     if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
         out.response_id = answer.body["id"]
     response = web.Response(
         body=answer.raw, status=answer.status, content_type="application/json", headers={**answer.headers, **ours()}
     )
     text, finish = coalesce.plain_answer(answer.body)
-    return Relayed(response, usage, text, finish, storable is not None)
+    cut = storable is not None and finish == "length"
+    return Relayed(response, usage, text, finish, storable is not None and not cut, cut)
 
 
 @contextlib.asynccontextmanager
@@ -107,6 +111,7 @@ async def relay_stream(
         tee.text if tee.whole else None,
         tee.finish_reason,
         tee.complete and bool(tee.text.strip()),
+        tee.cut_at_limit and bool(tee.text.strip()),
     )
 
 

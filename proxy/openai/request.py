@@ -63,6 +63,16 @@ class ChatRequest:
         return tuple(m for m in self.messages if m.role not in SYSTEM_ROLES)
 
     @property
+    def answer_cap(self) -> int | None:
+        """The request's own limit on the answer's tokens (``max_completion_tokens``, else
+        ``max_tokens``), if it set one."""
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = self.forward_body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    @property
     def last_user_text(self) -> str:
         for m in reversed(self.messages):
             if m.role == "user":

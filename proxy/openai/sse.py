@@ -50,6 +50,11 @@ class StreamTee:
         """Only a whole stream that ended with a normal stop is an answer worth storing."""
         return self.whole and self.finish_reason == "stop"
 
+    @property
+    def cut_at_limit(self) -> bool:
+        """A whole stream the engine ended at the token limit: storable for the same limit only."""
+        return self.whole and self.finish_reason == "length"
+
     def feed(self, data: bytes) -> bytes:
         """Bytes in, bytes to send to the client out (whole events only, until an event outgrows
         ``max_event_bytes``: from then on the bytes as they come)."""
@@ -118,8 +123,9 @@ class StreamTee:
         self.text_parts.append(text)
 
 
-def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:
-    """The storable answer text of a non-streamed completion (None: do not store) and its usage."""
+def answer_of_completion(body: Any, *, cut_ok: bool = False) -> tuple[str | None, dict[str, Any]]:
+    """The storable answer text of a non-streamed completion (None: do not store) and its usage.
+    ``cut_ok``: an answer cut at the request's own token limit (finish_reason "length") is one too."""
     if not isinstance(body, dict):
         return None, {}
     raw_usage = body.get("usage")
@@ -131,7 +137,7 @@ def answer_of_completion(body: Any) -> tuple[str | None, dict[str, Any]]:
     message = choice.get("message") or {}
     content = message.get("content")
     if (
-        choice.get("finish_reason") != "stop"
+        choice.get("finish_reason") not in (("stop", "length") if cut_ok else ("stop",))
         or message.get("tool_calls")
         or message.get("function_call")
         or not isinstance(content, str)

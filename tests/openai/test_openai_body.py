@@ -82,3 +82,18 @@ def test_a_conversation_longer_than_the_cache_reads_is_forwarded_uncached() -> N
     over = {"model": "m", "messages": [{"role": "system", "content": "s" * 10}, at_limit["messages"][0]]}
     assert parse_chat_request(orjson.dumps(at_limit)).bypass_reason is None
     assert parse_chat_request(orjson.dumps(over)).bypass_reason == "too_long"
+
+
+@pytest.mark.parametrize(
+    ("kw", "cap"),
+    [
+        ({}, None),
+        ({"max_tokens": 96}, 96),
+        ({"max_completion_tokens": 64, "max_tokens": 96}, 64),  # the newer name wins, as upstream
+        ({"max_tokens": 0}, None),
+        ({"max_tokens": True}, None),
+        ({"max_tokens": "96"}, None),
+    ],
+)
+def test_the_answer_cap_is_the_requests_own_token_limit(kw: dict[str, object], cap: int | None) -> None:
+    assert parse_chat_request(body(**kw)).answer_cap == cap
