@@ -99,19 +99,23 @@ async def test_budget_change_is_a_change_with_a_conflicting_entity(parts: Parts)
     assert reason == "filtered:entities:budget"
 
 
+# five travel turns with their replies
+HANGZHOU_TRIP = (
+    "周末去杭州玩三天，帮我排一个行程",
+    "第一天西湖。",
+    "第二天去哪里",
+    "第二天灵隐寺。",
+    "酒店推荐哪家",
+    "推荐西湖边的酒店。",
+    "交通怎么安排",
+    "地铁加打车。",
+    "门票多少钱",
+    "西湖免费，灵隐寺75元。",
+)
+
+
 async def test_topic_switch_after_five_travel_turns_starts_a_new_conversation(parts: Parts) -> None:
-    travel = [
-        "周末去杭州玩三天，帮我排一个行程",
-        "第一天西湖。",
-        "第二天去哪里",
-        "第二天灵隐寺。",
-        "酒店推荐哪家",
-        "推荐西湖边的酒店。",
-        "交通怎么安排",
-        "地铁加打车。",
-        "门票多少钱",
-        "西湖免费，灵隐寺75元。",
-    ]
+    travel = HANGZHOU_TRIP
     switched = await sign(parts, *travel, "明天的会议纪要帮我整理一下")
     assert switched.tags.context_switch
     assert "杭州" not in switched.view_text  # signed as the root of a new conversation

@@ -12,6 +12,7 @@ the identical request in one session is a regenerate, which the cache answers up
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,18 +204,29 @@ async def test_a_session_scoped_answer_never_serves_another_session(stack: Stack
     assert (same.cache, same.text) == ("hit", first.text)
 
 
+def user_client(stack: Stack, key: str, session: str, user: str | None = None) -> openai.AsyncOpenAI:
+    """A client of ``key`` in ``session``, naming its end user when ``user`` is given."""
+    headers = {"x-smartcache-session": session, **({"x-smartcache-user": user} if user else {})}
+    return stack.proxy.client(key, **headers)
+
+
+async def alice_twice(
+    stack: Stack, model: str, text: str, sessions: tuple[str, str], *, intent: str, scope: str
+) -> Reply:
+    """Alice asks in one session (a miss, written to ``scope``), then in another (a hit)."""
+    first = await sdk_chat(user_client(stack, "key-A", sessions[0], "alice"), text, model=model)
+    assert (first.cache, first.intent) == ("miss", intent)
+    assert await record_scopes(stack, model) == [scope]
+    again = await sdk_chat(user_client(stack, "key-A", sessions[1], "alice"), text, model=model)
+    assert (again.cache, again.text) == ("hit", first.text)
+    return first
+
+
 async def test_a_user_scoped_answer_serves_the_same_user_across_sessions_only(stack: Stack) -> None:
     model, text = "m-scope-user", "Suggest an itinerary for three days in Lisbon."
 
-    def client(key: str, session: str, user: str | None = None) -> openai.AsyncOpenAI:
-        headers = {"x-smartcache-session": session, **({"x-smartcache-user": user} if user else {})}
-        return stack.proxy.client(key, **headers)
-
-    first = await sdk_chat(client("key-A", "u-1", "alice"), text, model=model)
-    assert (first.cache, first.intent) == ("miss", "travel")
-    assert await record_scopes(stack, model) == ["user"]
-    same_user = await sdk_chat(client("key-A", "u-2", "alice"), text, model=model)
-    assert (same_user.cache, same_user.text) == ("hit", first.text)
+    client = functools.partial(user_client, stack)
+    first = await alice_twice(stack, model, text, ("u-1", "u-2"), intent="travel", scope="user")
     # the body's `user` names the same end user as the header does
     via_body = await sdk_chat(client("key-A", "u-3"), text, model=model, user="alice")
     assert (via_body.cache, via_body.text) == ("hit", first.text)
@@ -226,15 +238,8 @@ async def test_a_user_scoped_answer_serves_the_same_user_across_sessions_only(st
 async def test_a_repeat_widened_to_the_user_serves_the_same_conversation_of_the_same_user_only(stack: Stack) -> None:
     model, text = "m-scope-repeat", "Please tell me which coupon works for a pair of running shoes."
 
-    def client(key: str, session: str, user: str | None = None) -> openai.AsyncOpenAI:
-        headers = {"x-smartcache-session": session, **({"x-smartcache-user": user} if user else {})}
-        return stack.proxy.client(key, **headers)
-
-    first = await sdk_chat(client("key-A", "c-1", "alice"), text, model=model)
-    assert (first.cache, first.intent) == ("miss", "shopping")
-    assert await record_scopes(stack, model) == ["session"]
-    same_user = await sdk_chat(client("key-A", "c-2", "alice"), text, model=model)
-    assert (same_user.cache, same_user.text) == ("hit", first.text)
+    client = functools.partial(user_client, stack)
+    first = await alice_twice(stack, model, text, ("c-1", "c-2"), intent="shopping", scope="session")
     reworded = await sdk_chat(
         client("key-A", "c-3", "alice"), "Which coupon works for a pair of running shoes?", model=model
     )

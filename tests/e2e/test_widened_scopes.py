@@ -10,6 +10,7 @@ from pathlib import Path
 from proxy.http import keys
 from proxy.settings import DEFAULT_POLICY
 from tests.conftest import Proxy, ProxyFactory, Upstream
+from tests.decision.test_context_cases import HANGZHOU_TRIP
 from tests.e2e.test_e2e_core import ask, chat
 
 JOKE = "Tell me a joke"
@@ -46,20 +47,9 @@ async def test_an_answer_about_someone_named_stays_in_its_session_but_for_the_sa
     assert status == "miss" and len(upstream.script.calls) == calls + 1  # never across tenants
 
 
-# Five travel turns, then a turn of another topic: it is signed without the trip (tests/decision/
-# test_context_cases.py), so nothing but this very conversation may answer it.
-TRIP = [
-    "周末去杭州玩三天，帮我排一个行程",
-    "第一天西湖。",
-    "第二天去哪里",
-    "第二天灵隐寺。",
-    "酒店推荐哪家",
-    "推荐西湖边的酒店。",
-    "交通怎么安排",
-    "地铁加打车。",
-    "门票多少钱",
-    "西湖免费，灵隐寺75元。",
-]
+# After these five travel turns, a turn of another topic is signed without the trip, so nothing but
+# this very conversation may answer it.
+TRIP = list(HANGZHOU_TRIP)
 
 
 def _conversation(*turns: str) -> list[dict[str, str]]:
