@@ -69,7 +69,11 @@ class _Rebuild:
 
 def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
     """May a record of this scope be served to this caller, searching pools up to ``widen_to``?"""
-    width = min(SCOPE_WIDTH[record.scope], SCOPE_WIDTH[widen_to])
+    return _within(record, who, min(SCOPE_WIDTH[record.scope], SCOPE_WIDTH[widen_to]))
+
+
+def _within(record: IndexKey | Record, who: Identity, width: int) -> bool:
+    """Is the record in the caller's session, or in a pool of this width around the caller?"""
     if record.tenant == who.tenant and record.session == who.session:
         return True
     if width >= SCOPE_WIDTH["global"]:
@@ -86,12 +90,7 @@ def _repeated(record: Record, sig: Signature, who: Identity, policy: IntentPolic
     in another session within the intent's ``repeats_widen_to`` (the caller's tenant, or its user)?
     Its answer was written for exactly what this caller sent, so the pool it went to does not
     matter; it never crosses tenants."""
-    if record.request_hash != sig.request_hash or record.tenant != who.tenant:
-        return False
-    width = SCOPE_WIDTH[policy.repeats_widen_to]
-    return width >= SCOPE_WIDTH["tenant"] or (
-        width >= SCOPE_WIDTH["user"] and who.user is not None and record.user == who.user
-    )
+    return record.request_hash == sig.request_hash and _within(record, who, SCOPE_WIDTH[policy.repeats_widen_to])
 
 
 class SemanticCache:

@@ -308,7 +308,7 @@ class ChatService:
                         metrics=self.metrics,
                     )
             else:
-                relayed = relay_json(await call.json(), out, ours, cut_ok=req.answer_cap is not None)
+                relayed = relay_json(await call.json(), out, ours)
         except UpstreamError as exc:
             self.metrics.upstream_error(type(exc).__name__)
             out.upstream_status = exc.status

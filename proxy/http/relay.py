@@ -30,7 +30,7 @@ class Relayed:
     text: str | None = None  # None: no answer came back whole (error in-band, cut, client gone)
     finish_reason: str | None = None
     storable: bool = False  # complete, successful, plain text
-    # storable only for the same request with the same token limit: the engine ended it there
+    # whole and plain, but ended at the token limit: storable only where the request set that limit
     cut_at_limit: bool = False
 
 
@@ -38,18 +38,18 @@ class Relayed:
 OurHeaders = Callable[[], dict[str, str]]
 
 
-def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders, *, cut_ok: bool = False) -> Relayed:
-    """``cut_ok``: the request set a token limit, so an answer cut at it may be kept for it."""
+def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
     out.upstream_status = answer.status
-    storable, usage = answer_of_completion(answer.body, cut_ok=cut_ok)
+    plain, usage = answer_of_completion(answer.body, cut_ok=True)
     if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
         out.response_id = answer.body["id"]
     response = web.Response(
         body=answer.raw, status=answer.status, content_type="application/json", headers={**answer.headers, **ours()}
     )
     text, finish = coalesce.plain_answer(answer.body)
-    cut = storable is not None and finish == "length"
-    return Relayed(response, usage, text, finish, storable is not None and not cut, cut)
+    return Relayed(
+        response, usage, text, finish, plain is not None and finish == "stop", plain is not None and finish == "length"
+    )
 
 
 @contextlib.asynccontextmanager

@@ -152,12 +152,11 @@ class Coded:
     any_scope: bool = False
 
     def mask(self, cols: Columns) -> npt.NDArray[np.bool_]:
+        # a record is read up to the narrower of its own pool and the lookup's, or, for an exact
+        # repeat (any_scope), up to the lookup's alone
+        width = self.width if self.any_scope else np.minimum(cols[SCOPE], self.width)
         same = (cols[MODEL] == self.model) & (cols[NAMESPACE] == self.namespace) & (cols[VERSION] == self.version)
         mine = cols[TENANT] == self.tenant
-        if self.any_scope:
-            whole: npt.NDArray[np.bool_] = same & mine
-            return whole if self.width >= SCOPE_WIDTH["tenant"] else whole & (cols[USER] == self.user)
-        width = np.minimum(cols[SCOPE], self.width)
         mine &= (width >= SCOPE_WIDTH["tenant"]) | ((width >= SCOPE_WIDTH["user"]) & (cols[USER] == self.user))
         admitted: npt.NDArray[np.bool_] = same & (mine | (width >= SCOPE_WIDTH["global"]))
         return admitted

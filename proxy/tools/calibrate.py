@@ -24,11 +24,8 @@ MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself
 CANDIDATE_BAND = 0.05
 # Verifier probabilities are calibrated: below one half the verifier says "another request".
 VERIFY_FLOOR = 0.5
-_CALIBRATED = "+cal."
-VERIFY_SETTINGS = (
-    "verify_accept",
-    "verify_previous",
-)  # joins a template's version to the digest of what a calibration chose
+_CALIBRATED = "+cal."  # joins a template's version to the digest of what a calibration chose
+VERIFY_SETTINGS = ("verify_accept", "verify_previous")  # the policy keys verifier levels go to
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +163,8 @@ def calibrate_verifier(
     target with 95 % confidence; intents with fewer than ``min_samples`` take no lower than the
     level fitted on all of them together. ``setting`` says which verdicts: the best candidate's
     (``verify_accept``) or the session's previous turn's (``verify_previous``)."""
-    judged = [r for r in rows if (_asked_again if setting == "verify_previous" else _verified)(r)]
+    verdict_of = _asked_again if setting == "verify_previous" else _verified
+    judged = [r for r in rows if verdict_of(r)]
     if not judged:
         return {}
     pooled, _ = _threshold(judged, target, floor, _probability)

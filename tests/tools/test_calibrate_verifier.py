@@ -108,12 +108,15 @@ def test_calibrated_version_is_a_digest_of_the_content() -> None:
     assert calibrated_version(a, {"x": 1}).startswith("2026-11+cal.") and calibrated_version(a, {"x": 1}) != a
 
 
-def test_shadow_replay_verifies_every_candidate_of_intents_that_verify() -> None:
+@pytest.mark.parametrize("setting", ["verify_accept", "verify_previous"])
+def test_shadow_replay_judges_at_every_probability_the_verdicts_an_intent_asks_for(setting: str) -> None:
+    """verify_accept: every candidate of the intents that verify; verify_previous: the session's
+    previous turn."""
     policy = load_policy(DEFAULT_POLICY)
-    travel = dataclasses.replace(policy.intents["travel"], verify_accept=0.9)
+    travel = dataclasses.replace(policy.intents["travel"], **{setting: 0.9})
     shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
-    assert shadow.intents["travel"].verify_accept == 0.0
-    assert shadow.intents["chitchat"].verify_accept is None
+    assert getattr(shadow.intents["travel"], setting) == 0.0
+    assert getattr(shadow.intents["chitchat"], setting) is None
 
 
 def asked_again(rows: list[Row]) -> list[Row]:
@@ -145,14 +148,6 @@ def test_held_out_serves_the_previous_turn_at_its_own_level_only() -> None:
     assert (
         held_out([dataclasses.replace(r, score=0.999, verified=None) for r in rows], folds=2, min_samples=5).hits == 0
     )
-
-
-def test_shadow_replay_judges_the_previous_turn_at_every_probability() -> None:
-    policy = load_policy(DEFAULT_POLICY)
-    travel = dataclasses.replace(policy.intents["travel"], verify_previous=0.9)
-    shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
-    assert shadow.intents["travel"].verify_previous == 0.0
-    assert shadow.intents["chitchat"].verify_previous is None
 
 
 def test_a_verifier_level_the_template_sets_but_calibration_did_not_fit_is_dropped(tmp_path: Path) -> None:

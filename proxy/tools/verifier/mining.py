@@ -77,6 +77,28 @@ def _pairs_of(items: list[Any], rng: random.Random, limit: int) -> Iterator[tupl
     yield from combos[:limit]
 
 
+def _camrest_dialogues(
+    data: Path, keep: Callable[[str, list[str]], bool]
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """The CamRest676 dialogues (GECOR's annotation) the split keeps: (index, turns)."""
+    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
+    for di, d in enumerate(dials):
+        turns = d["dial"]
+        if keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
+            yield di, turns
+
+
+def _crosswoz_dialogues(
+    data: Path, keep: Callable[[str, list[str]], bool]
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """The CrossWOZ validation dialogues the split keeps: (dialog id, turns)."""
+    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        turns, dialog = row["turns"], str(row["dialog_id"])
+        if keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
+            yield dialog, turns
+
+
 def _camrest_side(turns: list[dict[str, Any]], ti: int) -> PairSide:
     """User turn ``ti`` of a CamRest676 dialogue, read after the turn before it and its reply."""
     question = turns[ti]["usr"]["transcript"].strip()
@@ -86,12 +108,8 @@ def _camrest_side(turns: list[dict[str, Any]], ti: int) -> PairSide:
 
 
 def _gecor(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
-    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
     groups: dict[str, list[tuple[int, PairSide, str]]] = defaultdict(list)
-    for di, d in enumerate(dials):
-        turns = d["dial"]
-        if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
-            continue
+    for di, turns in _camrest_dialogues(data, keep):
         for ti in range(1, len(turns)):
             raw, full = turns[ti]["usr"]["transcript"].strip(), turns[ti]["usr"]["transcript_complete"].strip()
             if not raw or not full or text_key(raw) == text_key(full):
@@ -141,11 +159,7 @@ def _kvret(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Rando
 
 def _crosswoz(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
     groups: dict[str, list[tuple[str, PairSide]]] = defaultdict(list)
-    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        turns, dialog = d["turns"], str(d["dialog_id"])
-        if not keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
-            continue
+    for dialog, turns in _crosswoz_dialogues(data, keep):
         for ti in range(2, len(turns)):
             t, reply, previous = turns[ti], turns[ti - 1], turns[ti - 2]
             if t["role"] == "usr" and reply["role"] == "sys" and any(w in t["content"] for w in _DEICTIC_ZH):
@@ -181,11 +195,7 @@ def _mt_bench(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
 
 
 def _next_turns(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Random) -> Iterator[LabeledPair]:
-    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
-    for di, d in enumerate(dials):
-        turns = d["dial"]
-        if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
-            continue
+    for di, turns in _camrest_dialogues(data, keep):
         for ti in range(1, len(turns)):
             side, earlier = _camrest_side(turns, ti), _camrest_side(turns, ti - 1)
             same = text_key(turns[ti]["usr"]["transcript_complete"]) == text_key(
@@ -193,11 +203,7 @@ def _next_turns(data: Path, keep: Callable[[str, list[str]], bool], rng: random.
             )
             if side.question and not same:
                 yield LabeledPair("mined_next_turn", side, earlier, 0, f"gecor:{di}")
-    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        turns, dialog = row["turns"], str(row["dialog_id"])
-        if not keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
-            continue
+    for dialog, turns in _crosswoz_dialogues(data, keep):
         users = [i for i, t in enumerate(turns) if t["role"] == "usr" and t["content"].strip()]
         for k in rng.sample(range(1, len(users)), min(3, max(0, len(users) - 1))):
             i, j = users[k], users[k - 1]
@@ -241,11 +247,7 @@ def _restated(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
             if after is not None and text_key(turns[after]["data"]["utterance"]) != text_key(asked):
                 side = PairSide(turns[after]["data"]["utterance"], asked, reply)
                 yield LabeledPair("mined_restated", side, earlier, 0, f"kvret:{di}")
-    dials = json.loads((data / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
-    for di, d in enumerate(dials):
-        turns = d["dial"]
-        if not keep(f"gecor:{di}", [t["usr"]["transcript"] for t in turns]):
-            continue
+    for di, turns in _camrest_dialogues(data, keep):
         for ti in range(len(turns)):
             raw, full = turns[ti]["usr"]["transcript"].strip(), turns[ti]["usr"]["transcript_complete"].strip()
             reply = turns[ti]["sys"]["sent"].strip()
@@ -258,11 +260,7 @@ def _restated(data: Path, keep: Callable[[str, list[str]], bool], rng: random.Ra
         if raw:
             side = PairSide(raw, raw, turns[ti]["sys"]["sent"].strip())
             yield LabeledPair("mined_restated", side, _camrest_side(turns, ti), 1, f"gecor:{di}")
-    for line in (data / "crosswoz/val_turns.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        turns, dialog = row["turns"], str(row["dialog_id"])
-        if not keep(f"crosswoz:{dialog}", [t["content"] for t in turns if t["role"] == "usr"]):
-            continue
+    for dialog, turns in _crosswoz_dialogues(data, keep):
         users = [i for i, t in enumerate(turns) if t["role"] == "usr" and t["content"].strip()]
         answered = [k for k, i in enumerate(users) if i + 1 < len(turns) and turns[i + 1]["role"] == "sys"]
         if not answered:
