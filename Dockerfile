@@ -37,7 +37,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     SMARTCACHE_MODEL_HOME=/opt/smartcache
 USER smartcache
 # the embedding pack is built at image build time: nothing is fetched when a container starts
-RUN smartcache models install e5-small-multilingual --data-dir /opt/smartcache
+RUN smartcache models install use-multilingual --data-dir /opt/smartcache
 VOLUME ["/data"]
 EXPOSE 8080
 CMD ["smartcache", "serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -2,10 +2,11 @@
 
 GPTCache 0.1.44 (the ``bench`` extra) runs in this process, configured as its docs show for a
 local semantic cache: ``manager_factory("sqlite,hnswlib")``, ``SearchDistanceEvaluation`` and a
-``similarity_threshold``, with our e5 pack as its embedding function (``load_embedder``, the
-loader the proxy uses), so the model, the vectors and the HNSW index are the same kind on both
-sides and only the cache logic differs. A request goes through GPTCache's own ``adapt`` (what its
-OpenAI adapter calls), with a stand-in LLM function that answers on a miss.
+``similarity_threshold``, with our embedding pack (``--pack``, the default one unless told) as its
+embedding function (``load_embedder``, the loader the proxy uses), so the model, the vectors and
+the HNSW index are the same kind on both sides and only the cache logic differs. A request goes
+through GPTCache's own ``adapt`` (what its OpenAI adapter calls), with a stand-in LLM function that
+answers on a miss.
 
 Two small settings make the shipped GPTCache run at all here, and change no decision of it:
 its hnswlib wrapper fails a search on an empty index ("Cannot return the results in a contiguous
@@ -63,6 +64,7 @@ from measurement import DEFAULT_MODEL_HOME, ROOT, envelope, fmt, median_of, summ
 from soak import ProxyProcess, free_port
 
 from proxy.embedding.packs import load_embedder
+from proxy.settings import Settings
 
 EVAL = ROOT.parent / "shared" / "eval"
 Messages = list[dict[str, str]]
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=EVAL / "dev_traces.jsonl")
     ap.add_argument("--every", type=int, default=1, help="replay every k-th conversation")
     ap.add_argument("--only", choices=("speed", "quality"))
-    ap.add_argument("--pack", default="e5-small-multilingual")
+    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_gptcache.json")

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
-from proxy.settings import load_settings
+from proxy.settings import Settings, load_settings
 
 MT_BENCH = {
     "coding": "code",
@@ -58,11 +58,19 @@ def labelled(data: Path, per_source: int) -> list[tuple[str, str, str]]:
     return out
 
 
-async def main(data: Path, per_source: int, model_home: Path | None) -> None:
+async def main(data: Path, per_source: int, model_home: Path | None, pack: str) -> None:
     cases = labelled(data, per_source)
     with tempfile.TemporaryDirectory() as tmp:
         s = load_settings(
-            environ={}, overrides={"data_dir": Path(tmp), "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+            environ={},
+            overrides={
+                "data_dir": Path(tmp),
+                "model_home": model_home,
+                "upstream": "http://127.0.0.1:9/v1",
+                "embedding_model": pack,
+                # all the utterances go to the model in one call: offline, no deadline applies
+                "embed_timeout_ms": 600_000.0,
+            },
         )
         async with open_parts(s, upstream_url="http://127.0.0.1:9/v1", metrics=Metrics()) as parts:
             texts = [parts.signer.normalize(t) for _, t, _ in cases]
@@ -98,5 +106,6 @@ if __name__ == "__main__":
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     ap.add_argument("--per-source", type=int, default=80)
     ap.add_argument("--model-home", type=Path)
+    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
     a = ap.parse_args()
-    asyncio.run(main(a.data, a.per_source, a.model_home))
+    asyncio.run(main(a.data, a.per_source, a.model_home, a.pack))

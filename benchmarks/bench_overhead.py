@@ -58,6 +58,8 @@ from measurement import DEFAULT_MODEL_HOME, envelope, fmt, median_of, process_cp
 from soak import ProxyProcess, free_port
 from soak_upstream import Delays, Tally, soak_upstream
 
+from proxy.settings import Settings
+
 PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
 RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
 MODES = PLAIN_MODES + RACED_MODES
@@ -436,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="per throughput level per round")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--upstream-ms", type=float, default=20.0, help="the scripted upstream's fixed latency")
-    ap.add_argument("--pack", default="e5-small-multilingual")
+    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-race", dest="race", action="store_false", help="skip the second, racing proxy")

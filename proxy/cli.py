@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     models = sub.add_parser("models", help="list or install offline embedding packs")
     models.add_argument("action", choices=["list", "install"])
-    models.add_argument("name", nargs="?", default="e5-small-multilingual")
+    models.add_argument("name", nargs="?", default=Settings.embedding_model)
     models.add_argument("--data-dir", type=Path)
     models.set_defaults(func=cmd_models)
     check = sub.add_parser("check-policy", help="validate a policy file and print its table")

@@ -58,7 +58,7 @@ class Settings:
     # off: do not probe. The replica's own HNSW index searches either way (proxy/storage/redis_probe.py)
     redis_vector_search: str = "auto"
     policy: Path | None = None  # None: the shipped policy for the embedding pack (shipped_policy)
-    embedding_model: str = "e5-small-multilingual"
+    embedding_model: str = "use-multilingual"
     model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
     embed_threads: int = 0  # 0: let ONNX Runtime decide
     embed_max_batch: int = 32
@@ -67,7 +67,7 @@ class Settings:
     embed_max_pending: int = 128
     embed_timeout_ms: float = 1000.0
     # tokens of the conversation's view that are embedded (0: the model's length). A view's cost
-    # grows with its length, ~0.4 ms a token under e5 on 2 cores; the turns past it still count
+    # grows with its length, ~0.03 ms a token under USE and ~0.35 ms under e5 on 2 cores; the turns past it still count
     # through chunk vectors, their entities through the hard filters, their words through the
     # history key. 128, 256 and the model's 504 made the same decisions on the replay harness's
     # traces and on ours (README "Long conversations")

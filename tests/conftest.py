@@ -22,7 +22,7 @@ from proxy.settings import Settings, load_settings
 from tests.scripted_upstream import Script, scripted_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-DEFAULT_PACK = "e5-small-multilingual"
+DEFAULT_PACK = Settings.embedding_model  # the tests run the shipped default
 # Markers follow from the fixtures a test asks for, directly or through another fixture, so a new
 # test that needs a model or the engine is marked without anyone remembering to. Tests that start
 # the engine without its fixture carry `pytest.mark.engine` themselves.

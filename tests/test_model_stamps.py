@@ -180,9 +180,9 @@ async def test_open_parts_refuses_a_cache_built_with_another_model(
 async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_model(
     tmp_path: Path, model_home: Path, upstream: Upstream
 ) -> None:
-    """The USE pack with no policy set runs under the policy shipped for it; the data dir it wrote is
-    then refused to the default pack at start, before any request is answered."""
-    install_pack("use-multilingual", model_home, progress=False)
+    """The e5 pack (not the default) with no policy set runs under the policy shipped for it; the
+    data dir it wrote is then refused to the default pack at start, before any request is answered."""
+    install_pack("e5-small-multilingual", model_home, progress=False)
     base = {
         "upstream": upstream.url,
         "data_dir": tmp_path / "data",
@@ -190,11 +190,11 @@ async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_
         "ready_after": 0.0,
         "upstream_timeout": 5.0,
     }
-    settings = load_settings(environ={}, overrides={**base, "embedding_model": "use-multilingual"})
+    settings = load_settings(environ={}, overrides={**base, "embedding_model": "e5-small-multilingual"})
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
-        assert server.app[keys.POLICY_BOX].policy.embedding_model == "use-multilingual"
+        assert server.app[keys.POLICY_BOX].policy.embedding_model == "e5-small-multilingual"
         client = openai.AsyncOpenAI(
             base_url=str(server.make_url("/v1")),
             api_key="k",
@@ -209,7 +209,7 @@ async def test_another_pack_serves_under_its_own_policy_and_the_cache_keeps_its_
     finally:
         await server.close()
     other = TestServer(create_app(load_settings(environ={}, overrides=base)), host="127.0.0.1")
-    with pytest.raises(StoreMismatch, match="use-multilingual"):
+    with pytest.raises(StoreMismatch, match="e5-small-multilingual"):
         await other.start_server()
     await other.close()
 

@@ -93,7 +93,10 @@ async def test_batches_are_bounded_and_multi_text_jobs_stay_whole(sync_embedder:
     assert backend.calls == [3, 3, 2]
     for job, got in zip(jobs, results, strict=True):
         assert got.shape == (len(job), sync_embedder.dim)
-        np.testing.assert_allclose(got, sync_embedder.embed(job), atol=1e-5)
+        # each row is its own text's vector: the int8 pack quantises activations per call, so a
+        # vector moves by up to ~1e-3 in cosine with its batch companions; another text's is far off
+        alone = sync_embedder.embed(job)
+        assert np.all(np.sum(got * alone, axis=1) > 0.995)
 
 
 async def test_the_event_loop_runs_while_the_model_works(sync_embedder: SyncEmbedder) -> None:

