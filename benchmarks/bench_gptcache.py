@@ -60,11 +60,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_overhead import Workload, closed_loop, post, rotated, seed_pool, serving, warm_up
-from measurement import DEFAULT_MODEL_HOME, ROOT, envelope, fmt, median_of, summary, write_json
+from measurement import DEFAULT_MODEL_HOME, ROOT, add_pack_option, envelope, fmt, median_of, summary, write_json
 from soak import ProxyProcess, free_port
 
 from proxy.embedding.packs import load_embedder
-from proxy.settings import Settings
 
 EVAL = ROOT.parent / "shared" / "eval"
 Messages = list[dict[str, str]]
@@ -426,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=EVAL / "dev_traces.jsonl")
     ap.add_argument("--every", type=int, default=1, help="replay every k-th conversation")
     ap.add_argument("--only", choices=("speed", "quality"))
-    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
+    add_pack_option(ap)
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_gptcache.json")

@@ -20,12 +20,13 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from measurement import add_pack_option
 from rich.console import Console
 from rich.table import Table
 
 from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
-from proxy.settings import Settings, load_settings
+from proxy.settings import load_settings
 
 MT_BENCH = {
     "coding": "code",
@@ -106,6 +107,6 @@ if __name__ == "__main__":
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     ap.add_argument("--per-source", type=int, default=80)
     ap.add_argument("--model-home", type=Path)
-    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
+    add_pack_option(ap)
     a = ap.parse_args()
     asyncio.run(main(a.data, a.per_source, a.model_home, a.pack))

@@ -30,9 +30,16 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_overhead import serving
-from measurement import DEFAULT_MODEL_HOME, envelope, fmt, median_of, process_cpu_seconds, summary, write_json
-
-from proxy.settings import Settings
+from measurement import (
+    DEFAULT_MODEL_HOME,
+    add_pack_option,
+    envelope,
+    fmt,
+    median_of,
+    process_cpu_seconds,
+    summary,
+    write_json,
+)
 
 WORDS = [
     "apple",
@@ -158,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=8, help="conversations per length per round")
     ap.add_argument("--turns", type=int, nargs="+", default=[1, 5, 10, 20, 40])
     ap.add_argument("--upstream-ms", type=float, default=20.0, help="the scripted upstream's fixed latency")
-    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
+    add_pack_option(ap)
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_long_history.json")

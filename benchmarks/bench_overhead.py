@@ -54,11 +54,18 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measurement import DEFAULT_MODEL_HOME, envelope, fmt, median_of, process_cpu_seconds, summary, write_json
+from measurement import (
+    DEFAULT_MODEL_HOME,
+    add_pack_option,
+    envelope,
+    fmt,
+    median_of,
+    process_cpu_seconds,
+    summary,
+    write_json,
+)
 from soak import ProxyProcess, free_port
 from soak_upstream import Delays, Tally, soak_upstream
-
-from proxy.settings import Settings
 
 PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
 RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
@@ -438,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="per throughput level per round")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--upstream-ms", type=float, default=20.0, help="the scripted upstream's fixed latency")
-    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
+    add_pack_option(ap)
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-race", dest="race", action="store_false", help="skip the second, racing proxy")

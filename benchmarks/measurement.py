@@ -8,6 +8,7 @@ neighbour skews one round of every mode instead of all rounds of one mode.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -24,6 +25,13 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 DEFAULT_MODEL_HOME = Path("/tmp/smartcache-bench-models")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def add_pack_option(ap: argparse.ArgumentParser) -> None:
+    """``--pack``: the embedding pack a bench runs the proxy under, the proxy's own default unless told."""
+    from proxy.settings import Settings
+
+    ap.add_argument("--pack", default=Settings.embedding_model, help="embedding pack (default: the default pack)")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
