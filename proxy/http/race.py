@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
 from proxy.http.relay import opened_stream
 from proxy.upstream.client import JsonAnswer, Upstream
@@ -63,7 +63,7 @@ class UpstreamCall:
         return answer
 
     @contextlib.asynccontextmanager
-    async def opened(self) -> AsyncIterator[httpx.Response]:
+    async def opened(self) -> AsyncIterator[aiohttp.ClientResponse]:
         """The opened stream, its body unread, released when the block ends."""
         try:
             yield await self._task

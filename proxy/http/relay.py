@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from aiohttp import web
 
@@ -55,10 +55,10 @@ def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
 @contextlib.asynccontextmanager
 async def opened_stream(
     upstream: Upstream, body: dict[str, Any], headers: dict[str, str]
-) -> AsyncIterator[httpx.Response]:
+) -> AsyncIterator[aiohttp.ClientResponse]:
     """A streamed chat call whose status line said success; an error status raises."""
     async with upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body)) as resp:
-        if resp.status_code >= 400:
+        if resp.status >= 400:
             raise await upstream.read_error(resp)
         yield resp
 
@@ -66,7 +66,7 @@ async def opened_stream(
 async def relay_stream(
     upstream: Upstream,
     http: web.Request,
-    resp: httpx.Response,
+    resp: aiohttp.ClientResponse,
     *,
     strip_usage: bool,
     out: Outcome,
@@ -75,9 +75,9 @@ async def relay_stream(
 ) -> Relayed:
     """``resp``: an opened stream (``opened_stream``, or a raced call's), its body unread."""
     tee = StreamTee(strip_usage=strip_usage)
-    out.upstream_status = resp.status_code
+    out.upstream_status = resp.status
     response = web.StreamResponse(
-        status=resp.status_code,
+        status=resp.status,
         headers={
             **chat_headers(resp.headers),
             **ours(),

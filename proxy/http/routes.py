@@ -84,10 +84,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         headers=forward_headers(request.headers, keep=PASSTHROUGH_KEEPS),
         content=body,
         params=list(request.query.items()),
+        raw=True,
     ) as resp:
         headers = response_headers(resp.headers)
         headers["x-cache-status"] = "bypass"
-        response = web.StreamResponse(status=resp.status_code, headers=headers)
+        response = web.StreamResponse(status=resp.status, headers=headers)
         await response.prepare(request)
         async for chunk in upstream.iter_raw(resp):
             await response.write(chunk)

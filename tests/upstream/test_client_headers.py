@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.upstream.client import chat_headers, forward_headers, response_headers
 
-UPSTREAM = httpx.Headers(
-    [
-        ("X-Request-Id", "req-1"),
-        ("x-ratelimit-remaining-tokens", "900"),
-        ("openai-processing-ms", "12"),
-        ("Set-Cookie", "a=1"),
-        ("Set-Cookie", "b=2"),
-        ("Connection", "keep-alive, X-Hop"),
-        ("X-Hop", "only this connection"),
-        ("Keep-Alive", "timeout=5"),
-        ("Transfer-Encoding", "chunked"),
-        ("Content-Length", "10"),
-        ("Content-Encoding", "gzip"),
-        ("Content-Type", "text/event-stream"),
-        ("Cache-Control", "no-store"),
-        ("x-cache-status", "hit"),
-    ]
+UPSTREAM = CIMultiDictProxy(
+    CIMultiDict(
+        [
+            ("X-Request-Id", "req-1"),
+            ("x-ratelimit-remaining-tokens", "900"),
+            ("openai-processing-ms", "12"),
+            ("Set-Cookie", "a=1"),
+            ("Set-Cookie", "b=2"),
+            ("Connection", "keep-alive, X-Hop"),
+            ("X-Hop", "only this connection"),
+            ("Keep-Alive", "timeout=5"),
+            ("Transfer-Encoding", "chunked"),
+            ("Content-Length", "10"),
+            ("Content-Encoding", "gzip"),
+            ("Content-Type", "text/event-stream"),
+            ("Cache-Control", "no-store"),
+            ("x-cache-status", "hit"),
+        ]
+    )
 )
 HOP = {"connection", "x-hop", "keep-alive", "transfer-encoding", "content-length"}
 
