@@ -58,6 +58,7 @@ class Script:
 # the slowest last, so a tight --quick budget cuts the fewest
 SCRIPTS = (
     Script("bench_overhead"),
+    Script("bench_upstream_client"),
     Script("bench_long_history"),
     Script("bench_view_length"),
     Script("bench_gptcache"),
