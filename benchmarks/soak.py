@@ -9,7 +9,12 @@ on loopback; this process is the load generator. Phases:
 1. load: N clients (half streaming; 60 % of questions repeated across a tenant's sessions, so
    hits, misses and half-hits mix) for T seconds; latency per cache status, errors, the proxy's RSS
    and open file descriptors sampled every 5 s; every answer must carry the asking key's marker
-   (another key's answer is a cross-tenant hit).
+   (another key's answer is a cross-tenant hit). Each client sends its next request when its last
+   is answered (a closed loop: with many clients the queue sets the latency), or with ``--rate R``
+   requests arrive at R a second whatever is pending (an open loop, Poisson arrivals spread over
+   the N clients' sessions, latency counted from each arrival's due time): the rate a deployment
+   sustains. Overhead is latency less what the upstream meant to take (its ``x-soak-upstream-ms``,
+   relayed on misses and half-hits; a hit's is its latency).
 2. faults: each upstream fault, streamed and not: the client gets a clean error (or the stream
    ends with an error event), the same request again is not served from the cache, and the proxy
    stays healthy.
@@ -45,7 +50,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from soak_upstream import FAULTS
+from soak_upstream import FAULTS, PLANNED_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("load", "faults", "idle", "fuzz", "kill")
@@ -64,11 +69,13 @@ class Plan:
     kill_rounds: int
     fuzz_examples: int
     idle_connections: int
+    rate: float = 0.0  # requests/s arriving in an open loop; 0: each client waits for its answer
 
 
 @dataclass
 class Report:
     latencies: dict[str, list[float]] = field(default_factory=dict)
+    overheads: dict[str, list[float]] = field(default_factory=dict)  # latency less the upstream's planned time
     errors: int = 0
     load_proxy_cpu_s: float = 0.0  # CPU the proxy used during the load phase
     error_samples: list[str] = field(default_factory=list)
@@ -191,10 +198,17 @@ class ProxyProcess:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
 
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    cache: str  # x-cache-status
+    text: str  # the answer, or the error body
+    upstream_ms: float = 0.0  # what the upstream meant to take, where its header came through
+
+
 async def ask(
     session: aiohttp.ClientSession, url: str, key: str, sid: str, text: str, *, stream: bool, timeout: float = 60
-) -> tuple[int, str, str]:
-    """(HTTP status, x-cache-status, answer text or error body)."""
+) -> Answer:
     body = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": stream}
     headers = {"authorization": f"Bearer {key}", "x-smartcache-session": sid}
     async with session.post(
@@ -202,10 +216,11 @@ async def ask(
     ) as r:
         raw = await r.text()
         cache = r.headers.get("x-cache-status", "")
+        upstream_ms = float(r.headers.get(PLANNED_HEADER, 0.0))
         if r.status != 200 or not stream:
             if r.status == 200:
-                return r.status, cache, json.loads(raw)["choices"][0]["message"]["content"]
-            return r.status, cache, raw
+                return Answer(r.status, cache, json.loads(raw)["choices"][0]["message"]["content"], upstream_ms)
+            return Answer(r.status, cache, raw)
         parts, failed = [], ""
         for line in raw.splitlines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -219,33 +234,56 @@ async def ask(
                 failed = json.dumps(event["error"])
             else:
                 parts += [c["delta"].get("content") or "" for c in event.get("choices", [])]
-        return (599 if failed else 200), cache, failed or "".join(parts)
+        return Answer(599 if failed else 200, cache, failed or "".join(parts), upstream_ms)
 
 
 async def load_phase(proxy: ProxyProcess, plan: Plan, report: Report, rng: random.Random) -> None:
     deadline = time.monotonic() + plan.seconds
     connector = aiohttp.TCPConnector(limit=0)
+    turns = [0] * plan.clients
+
+    async def request(n: int, session: aiohttp.ClientSession, due: float) -> None:
+        """Client n's next turn, timed from ``due`` (when it was meant to go out)."""
+        key = KEYS[n % len(KEYS)]
+        turns[n] += 1
+        turn = turns[n]
+        repeat = rng.random() < 0.6
+        text = rng.choice(FAQ) if repeat else f"Client {n} asks question number {turn}: what is {rng.random():.6f}?"
+        sid = f"c{n}-t{turn}" if repeat else f"c{n}"
+        try:
+            got = await ask(session, proxy.url, key, sid, text, stream=n % 2 == 0)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            report.error(f"{type(exc).__name__}: {exc}")
+            return
+        if got.status != 200:
+            report.error(f"{got.status} {got.text}")
+            return
+        latency = (time.perf_counter() - due) * 1000
+        report.latencies.setdefault(got.cache, []).append(latency)
+        report.overheads.setdefault(got.cache, []).append(latency - got.upstream_ms)
+        if f"[for:{key}]" not in got.text:
+            report.cross_tenant_hits += 1
 
     async def client(n: int, session: aiohttp.ClientSession) -> None:
-        key = KEYS[n % len(KEYS)]
-        turn = 0
         while time.monotonic() < deadline:
-            turn += 1
-            repeat = rng.random() < 0.6
-            text = rng.choice(FAQ) if repeat else f"Client {n} asks question number {turn}: what is {rng.random():.6f}?"
-            sid = f"c{n}-t{turn}" if repeat else f"c{n}"
-            began = time.perf_counter()
-            try:
-                status, cache, answer = await ask(session, proxy.url, key, sid, text, stream=n % 2 == 0)
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                report.error(f"{type(exc).__name__}: {exc}")
-                continue
-            if status != 200:
-                report.error(f"{status} {answer}")
-                continue
-            report.latencies.setdefault(cache, []).append((time.perf_counter() - began) * 1000)
-            if f"[for:{key}]" not in answer:
-                report.cross_tenant_hits += 1
+            await request(n, session, time.perf_counter())
+
+    async def arrivals(session: aiohttp.ClientSession) -> None:
+        pending: set[asyncio.Task[None]] = set()
+        due, n = time.perf_counter(), 0
+        while time.monotonic() < deadline:
+            task = asyncio.create_task(request(n % plan.clients, session, due))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            n += 1
+            due += rng.expovariate(plan.rate)
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await asyncio.gather(*pending)
+
+    def load(session: aiohttp.ClientSession) -> list[Any]:
+        if plan.rate:
+            return [arrivals(session)]
+        return [client(n, session) for n in range(plan.clients)]
 
     async def sampler() -> None:
         while time.monotonic() < deadline:
@@ -254,7 +292,7 @@ async def load_phase(proxy: ProxyProcess, plan: Plan, report: Report, rng: rando
             await asyncio.sleep(5)
 
     async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(sampler(), *(client(n, session) for n in range(plan.clients)))
+        await asyncio.gather(sampler(), *load(session))
     report.rss_mb.append(proxy.rss_mb())
     report.fds.append(proxy.fd_count())
 
@@ -268,18 +306,18 @@ async def fault_phase(proxy: ProxyProcess, report: Report) -> None:
                 report.faults_tried += 1
                 text = f"Tell me about faults, case {fault} {stream} {time.time_ns()} [fault:{fault}]"
                 try:
-                    status, _, _ = await ask(session, proxy.url, KEYS[0], f"fault-{fault}", text, stream=stream)
+                    status = (await ask(session, proxy.url, KEYS[0], f"fault-{fault}", text, stream=stream)).status
                     again = await ask(session, proxy.url, KEYS[0], f"fault-{fault}", text, stream=stream)
                     async with session.get(proxy.url + "/healthz") as health:
                         healthy = health.status == 200
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {exc!r}"[:200])
                     continue
-                cleaned = status >= 400 and again[1] != "hit" and healthy
+                cleaned = status >= 400 and again.cache != "hit" and healthy
                 if cleaned:
                     report.faults_survived += 1
                 else:
-                    report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {status}, {again[1]}")
+                    report.fault_failures.append(f"{fault}/{'stream' if stream else 'json'}: {status}, {again.cache}")
 
 
 async def probe(proxy: ProxyProcess) -> float:
@@ -394,13 +432,16 @@ def pct(values: list[float], q: float) -> float:
 
 
 def print_report(plan: Plan, report: Report) -> None:
+    arrivals = f"arriving at {plan.rate:g}/s over " if plan.rate else ""
     print(
-        f"\nsoak: {plan.clients} clients x {plan.seconds:.0f} s, {plan.kill_rounds} kill -9 rounds, "
+        f"\nsoak: {arrivals}{plan.clients} clients x {plan.seconds:.0f} s, {plan.kill_rounds} kill -9 rounds, "
         f"{plan.fuzz_examples} HTTP fuzz cases, {plan.idle_connections} idle connections"
     )
-    print(f"{'status':10} {'requests':>9} {'p50 ms':>9} {'p99 ms':>9}")
+    print(f"{'status':10} {'requests':>9} {'p50 ms':>9} {'p99 ms':>9} {'p50 overhead ms':>16}")
     for status, values in sorted(report.latencies.items()):
-        print(f"{status or '-':10} {len(values):9d} {statistics.median(values):9.1f} {pct(values, 0.99):9.1f}")
+        over = statistics.median(report.overheads.get(status) or [float("nan")])
+        p50, p99 = statistics.median(values), pct(values, 0.99)
+        print(f"{status or '-':10} {len(values):9d} {p50:9.1f} {p99:9.1f} {over:16.1f}")
     total = sum(len(v) for v in report.latencies.values())
     print(f"requests {total}, errors {report.errors} {report.error_samples}")
     if total:
@@ -516,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     ap.add_argument("--clients", type=int)
+    ap.add_argument("--rate", type=float, default=0.0, help="open loop: requests/s arriving over the clients' sessions")
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--kills", type=int)
     ap.add_argument("--fuzz", type=int)
@@ -538,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         args.kills if args.kills is not None else base.kill_rounds,
         args.fuzz if args.fuzz is not None else base.fuzz_examples,
         args.idle if args.idle is not None else base.idle_connections,
+        args.rate,
     )
     return asyncio.run(run(plan, args))
 

@@ -28,6 +28,9 @@ from aiohttp import web
 
 FAULTS = ("500", "429", "timeout", "reset", "badsse", "nonjson", "slowloris")
 _MARKER = re.compile(r"\[fault:([a-z0-9]+)\]")
+# what this upstream meant to take (first byte, and the chunks' pauses of a stream), so a load
+# generator can tell the proxy's time from the upstream's on a miss
+PLANNED_HEADER = "x-soak-upstream-ms"
 
 
 @dataclass
@@ -66,10 +69,14 @@ def _chunk(cid: str, model: str, delta: dict[str, Any], finish: str | None = Non
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-async def _json_answer(request: web.Request, fault: str, payload: dict[str, Any]) -> web.StreamResponse:
+async def _json_answer(
+    request: web.Request, fault: str, payload: dict[str, Any], headers: dict[str, str]
+) -> web.StreamResponse:
     """A JSON answer, cut after its headers (``reset``) or trickled a byte a second (``slowloris``)."""
     raw = json.dumps(payload).encode()
-    response = web.StreamResponse(headers={"content-type": "application/json", "content-length": str(len(raw))})
+    response = web.StreamResponse(
+        headers={"content-type": "application/json", "content-length": str(len(raw)), **headers}
+    )
     await response.prepare(request)
     if fault == "reset":
         await response.write(raw[: len(raw) // 2])
@@ -92,7 +99,10 @@ def soak_upstream(delays: Delays, tally: Tally, rng: random.Random) -> web.Appli
         found = _MARKER.search(text)
         fault = found.group(1) if found else ""
         tally.by_fault[fault] = tally.by_fault.get(fault, 0) + 1
-        await asyncio.sleep(rng.uniform(*delays.first_byte))
+        first_byte = rng.uniform(*delays.first_byte)
+        pauses = delays.chunks * delays.per_chunk if body.get("stream") else 0.0
+        planned = {PLANNED_HEADER: f"{(first_byte + pauses) * 1000:.1f}"}
+        await asyncio.sleep(first_byte)
         if fault == "500":
             return web.json_response({"error": {"message": "engine failed", "type": "server_error"}}, status=500)
         if fault == "429":
@@ -123,8 +133,9 @@ def soak_upstream(delays: Delays, tally: Tally, rng: random.Random) -> web.Appli
                         "total_tokens": (len(text) + len(answer)) // 4 + 2,
                     },
                 },
+                planned,
             )
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        response = web.StreamResponse(headers={"content-type": "text/event-stream", **planned})
         await response.prepare(request)
         if fault == "badsse":
             await response.write(b"data: {not json at all\n\ndata: [DONE]\n\n")
