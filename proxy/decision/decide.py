@@ -329,6 +329,8 @@ def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy
     """The candidates whose verifier probability ``decide`` will read: the session's previous turn,
     when the intent verifies it (``verify_previous``); and the best one, when it passes every stage
     before verification and the intent verifies it (``verify_accept``). Usually one, often none."""
+    if policy.verify_accept is None and policy.verify_previous is None:
+        return []  # the stages would run twice for nothing: once here, once in decide
     ctx = DecisionContext(candidates, sig, policy)
     asked = [] if ctx.previous_turn is None else [ctx.previous_turn]
     if not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) and ctx.verifies and ctx.best not in asked:
