@@ -163,7 +163,69 @@ def _gptcache(r: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {"bench_overhead": _overhead, "bench_gptcache": _gptcache}
+def _upstream_client(r: Mapping[str, Any]) -> str:
+    return "; ".join(
+        f"{kind} CPU ms/call httpx {fmt(r[f'httpx/{kind}']['cpu_ms'], 2)}"
+        f" vs aiohttp {fmt(r[f'aiohttp/{kind}']['cpu_ms'], 2)}"
+        for kind in ("json", "stream")
+    )
+
+
+def _long_history(r: Mapping[str, Any]) -> str:
+    return "p50 over direct, first seen / next turn, by earlier turns: " + "; ".join(
+        f"{n}: +{fmt(v['median']['first_p50_over_direct_ms'], 0)}"
+        f" / +{fmt(v['median']['next_p50_over_direct_ms'], 0)} ms"
+        for n, v in r["lengths"].items()
+    )
+
+
+def _view_length(r: Mapping[str, Any]) -> str:
+    return "one model call by view tokens: " + "; ".join(
+        f"{pack} " + ", ".join(f"{v['tokens']}: {fmt(v['ms'])} ms" for v in lengths.values())
+        for pack, lengths in r["packs"].items()
+    )
+
+
+def _never_cache(r: Mapping[str, Any]) -> str:
+    return "never-cache recall / precision: " + "; ".join(
+        f"{lang} {fmt(v['never_cache']['recall'], 3)} / {fmt(v['never_cache']['precision'], 3)}"
+        f" (n {v['never_cache']['support']})"
+        for lang, v in r.items()
+        if isinstance(v, Mapping) and "never_cache" in v
+    )
+
+
+def _verifier(r: Mapping[str, Any]) -> str:
+    parts = []
+    for name, row in r["sets"].items():
+        models = row["models"]
+        shipped = next(k for k in models if k.startswith("verifier"))
+        cells = [f"{k.split()[0]} {fmt(models[k]['auc'], 3)}" for k in models if k != shipped]
+        parts.append(
+            f"{name} AUC verifier {fmt(models[shipped]['auc'], 3)} (R@P99 {fmt(models[shipped]['r@p99'], 2)}) vs "
+            + ", ".join(cells)
+        )
+    return "; ".join(parts)
+
+
+def _domains(r: Mapping[str, Any]) -> str:
+    rows = {k.split("/")[0]: v for k, v in r["table"].items() if k.endswith("/all")}
+    return "; ".join(
+        f"{system} p50 {fmt(v['p50_s'], 2)} s, hits {v['hit_rate']:.1%}, saved {v.get('saved_tokens', 0)} tokens"
+        for system, v in rows.items()
+    )
+
+
+HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
+    "bench_overhead": _overhead,
+    "bench_gptcache": _gptcache,
+    "bench_upstream_client": _upstream_client,
+    "bench_long_history": _long_history,
+    "bench_view_length": _view_length,
+    "bench_never_cache": _never_cache,
+    "bench_verifier": _verifier,
+    "bench_domains": _domains,
+}
 
 
 def headline(name: str, entry: Mapping[str, Any]) -> str:
