@@ -171,13 +171,36 @@ def context_dependent(text: str, segmenter: Segmenter | None = None) -> bool:
 
 
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
+# A question that asks which value a slot takes ("What type of food would you like?", "您想去哪个区
+# 域？") offers none: its words name the slot the user's short answer fills, so a restatement that
+# names the slot says no more than that answer did. One that offers a value or a choice ("How about
+# Curry Prince?", "Would you like the north?", "What do you think of the Italian place?", "Italian
+# or Indian?", "要不要换成北边？", "川菜还是粤菜？") settles nothing: the user may not have taken it.
+_SLOT_QUESTION_EN = re.compile(
+    r"(?:and |so |ok,? |okay,? |great,? |sure,? )?(?:what|which|where|when|who|how)\b(?! about\b)"
+)
+_SLOT_QUESTION_ZH = re.compile(r"什么|哪|几|多少")
+_CHOICE = re.compile(r"(?<![a-z])(?:or|think|sound|sounds)(?![a-z])|还是|或者|或是|要不要|要么|怎么样|如何|觉得")
+
+
+def _asks_for_a_slot(sentence: str) -> bool:
+    text = sentence.strip()
+    lowered = text.lower()
+    if not text.endswith(("?", "？")) or _CHOICE.search(lowered) or any(c.isdigit() for c in text):
+        return False
+    if _CJK.search(text):
+        return bool(_SLOT_QUESTION_ZH.search(text))
+    return bool(_SLOT_QUESTION_EN.match(lowered)) and not names_in(text)
 
 
 def statements(text: str) -> str:
-    """A reply's sentences that state something. Its questions ("Would you like the north part
-    instead?") offer options the user may not have taken, so their words settle nothing. Read
-    from the raw reply: normalised text has lost the closing question mark."""
-    return " ".join(s.strip() for s in _SENTENCE.findall(text) if not s.rstrip().endswith(("?", "？")))
+    """What a reply settles: the sentences that state something, and the questions that ask which
+    value a slot takes (the slot's words, not a value: see ``_asks_for_a_slot``). Its other
+    questions ("Would you like the north part instead?") offer options the user may not have
+    taken, so their words settle nothing. Read from the raw reply: normalised text has lost the
+    closing question mark."""
+    sentences = (s.strip() for s in _SENTENCE.findall(text))
+    return " ".join(s for s in sentences if not s.endswith(("?", "？")) or _asks_for_a_slot(s))
 
 
 def _stem(word: str) -> str:

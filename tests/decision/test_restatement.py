@@ -149,6 +149,43 @@ def test_statements_keep_what_a_reply_states_and_drop_its_offers() -> None:
     assert statements(text) == "There is none in the south. It opens at 9. 好的。"
 
 
+@pytest.mark.parametrize(
+    ("question", "settles"),
+    [
+        # which value a slot takes: the slot's words, no value
+        ("What type of food would you like?", True),
+        ("What area would you like?", True),
+        ("How many people will be dining?", True),
+        ("您想吃什么菜？", True),
+        ("请问您几点出发？", True),
+        # a value or a choice offered, which the user may not have taken
+        ("How about Sala Thong?", False),
+        ("What about the north part of town?", False),
+        ("What do you think of the Italian place?", False),
+        ("What kind of food, Italian or Indian?", False),
+        ("Which do you prefer, Curry Prince?", False),
+        ("What time, 7pm?", False),
+        ("Would you like their phone number?", False),
+        ("川菜还是粤菜？", False),
+        ("你觉得全聚德怎么样？", False),
+        ("要不要换成北边？", False),
+    ],
+)
+def test_a_question_for_a_slot_settles_its_words_and_an_offer_does_not(question: str, settles: bool) -> None:
+    reply = f"There are nine restaurants in the south. {question}"
+    assert statements(reply) == (reply if settles else "There are nine restaurants in the south.")
+
+
+def test_a_short_answer_to_a_question_for_a_slot_is_restated_with_the_slot() -> None:
+    """ "I don't care." answers "What kind of food would you like?"; naming the slot says no more. A
+    value the question never offered is still news."""
+    context = ["I need a restaurant in the south part of town", statements("What kind of food would you like?")]
+    assert restates("I don't care.", "I don't care about what kind of food.", context)
+    assert not restates("I don't care.", "I don't care about what kind of Thai food.", context)
+    offered = ["I need a restaurant in the south part of town", statements("How about Thai food?")]
+    assert not restates("I don't care.", "I don't care about Thai food.", offered)
+
+
 def restating_policy(tmp_path: Path) -> Path:
     data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
     data["defaults"]["restatement"] = True
