@@ -50,6 +50,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
+from measurement import process_cpu_seconds
 from soak_upstream import FAULTS, PLANNED_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,8 @@ class Report:
     overheads: dict[str, list[float]] = field(default_factory=dict)  # latency less the upstream's planned time
     errors: int = 0
     load_proxy_cpu_s: float = 0.0  # CPU the proxy used during the load phase
+    load_upstream_cpu_s: float = 0.0  # ... the scripted upstream
+    load_client_cpu_s: float = 0.0  # ... this process, the load generator
     error_samples: list[str] = field(default_factory=list)
     cross_tenant_hits: int = 0
     rss_mb: list[float] = field(default_factory=list)
@@ -190,8 +193,7 @@ class ProxyProcess:
     def cpu_seconds(self) -> float:
         """User and system CPU time the proxy has used (its threads included)."""
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def fd_count(self) -> int:
         assert self.proc is not None
@@ -447,8 +449,9 @@ def print_report(plan: Plan, report: Report) -> None:
     if total:
         cores = os.cpu_count() or 1
         print(
-            f"{total / plan.seconds:.0f} requests/s; the proxy used {report.load_proxy_cpu_s:.0f} CPU-seconds of the "
-            f"{cores * plan.seconds:.0f} these {cores} cores had (the load generator and the upstream the rest)"
+            f"{total / plan.seconds:.0f} requests/s; of the {cores * plan.seconds:.0f} CPU-seconds these {cores} cores "
+            f"had, the proxy used {report.load_proxy_cpu_s:.0f}, the scripted upstream "
+            f"{report.load_upstream_cpu_s:.0f} and the load generator {report.load_client_cpu_s:.0f}"
         )
     if report.rss_mb:
         print(
@@ -521,9 +524,11 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
             await proxy.start()
         if "load" in phases:
             print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
-            cpu = proxy.cpu_seconds()
+            cpu = (proxy.cpu_seconds(), process_cpu_seconds(upstream_proc.pid), process_cpu_seconds(os.getpid()))
             await load_phase(proxy, plan, report, rng)
-            report.load_proxy_cpu_s = proxy.cpu_seconds() - cpu
+            report.load_proxy_cpu_s = proxy.cpu_seconds() - cpu[0]
+            report.load_upstream_cpu_s = process_cpu_seconds(upstream_proc.pid) - cpu[1]
+            report.load_client_cpu_s = process_cpu_seconds(os.getpid()) - cpu[2]
         if "idle" in phases:
             print(f"idle: {plan.idle_connections} connections ...", file=sys.stderr)
             await idle_phase(proxy, plan, report, args.keepalive_timeout)
