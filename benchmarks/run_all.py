@@ -235,7 +235,7 @@ def headline(name: str, entry: Mapping[str, Any]) -> str:
     if result is not None and name in HEADLINES:
         try:
             return HEADLINES[name](result.get("results", result))
-        except (KeyError, TypeError, ZeroDivisionError) as exc:
+        except (KeyError, TypeError, ZeroDivisionError, StopIteration) as exc:
             return f"(no headline: {exc!r})"
     tail = entry.get("stdout_tail") or ([] if result is None else [json.dumps(result)[:300]])
     return " | ".join(line.strip() for line in tail[-3:])[:400]

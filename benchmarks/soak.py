@@ -78,9 +78,7 @@ class Report:
     latencies: dict[str, list[float]] = field(default_factory=dict)
     overheads: dict[str, list[float]] = field(default_factory=dict)  # latency less the upstream's planned time
     errors: int = 0
-    load_proxy_cpu_s: float = 0.0  # CPU the proxy used during the load phase
-    load_upstream_cpu_s: float = 0.0  # ... the scripted upstream
-    load_client_cpu_s: float = 0.0  # ... this process, the load generator
+    load_cpu_s: dict[str, float] = field(default_factory=dict)  # CPU each process used during the load phase
     error_samples: list[str] = field(default_factory=list)
     cross_tenant_hits: int = 0
     rss_mb: list[float] = field(default_factory=list)
@@ -189,11 +187,6 @@ class ProxyProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
-
-    def cpu_seconds(self) -> float:
-        """User and system CPU time the proxy has used (its threads included)."""
-        assert self.proc is not None
-        return process_cpu_seconds(self.proc.pid)
 
     def fd_count(self) -> int:
         assert self.proc is not None
@@ -450,8 +443,7 @@ def print_report(plan: Plan, report: Report) -> None:
         cores = os.cpu_count() or 1
         print(
             f"{total / plan.seconds:.0f} requests/s; of the {cores * plan.seconds:.0f} CPU-seconds these {cores} cores "
-            f"had, the proxy used {report.load_proxy_cpu_s:.0f}, the scripted upstream "
-            f"{report.load_upstream_cpu_s:.0f} and the load generator {report.load_client_cpu_s:.0f}"
+            "had, " + ", ".join(f"{who} used {cpu:.0f}" for who, cpu in report.load_cpu_s.items())
         )
     if report.rss_mb:
         print(
@@ -524,11 +516,15 @@ async def run(plan: Plan, args: argparse.Namespace) -> int:
             await proxy.start()
         if "load" in phases:
             print(f"load: {plan.clients} clients for {plan.seconds:.0f} s ...", file=sys.stderr)
-            cpu = (proxy.cpu_seconds(), process_cpu_seconds(upstream_proc.pid), process_cpu_seconds(os.getpid()))
+            assert proxy.proc is not None
+            pids = {
+                "the proxy": proxy.proc.pid,
+                "the scripted upstream": upstream_proc.pid,
+                "the load generator": os.getpid(),
+            }
+            before = {who: process_cpu_seconds(pid) for who, pid in pids.items()}
             await load_phase(proxy, plan, report, rng)
-            report.load_proxy_cpu_s = proxy.cpu_seconds() - cpu[0]
-            report.load_upstream_cpu_s = process_cpu_seconds(upstream_proc.pid) - cpu[1]
-            report.load_client_cpu_s = process_cpu_seconds(os.getpid()) - cpu[2]
+            report.load_cpu_s = {who: process_cpu_seconds(pid) - before[who] for who, pid in pids.items()}
         if "idle" in phases:
             print(f"idle: {plan.idle_connections} connections ...", file=sys.stderr)
             await idle_phase(proxy, plan, report, args.keepalive_timeout)

@@ -183,14 +183,15 @@ _SLOT_QUESTION_ZH = re.compile(r"什么|哪|几|多少")
 _CHOICE = re.compile(r"(?<![a-z])(?:or|think|sound|sounds)(?![a-z])|还是|或者|或是|要不要|要么|怎么样|如何|觉得")
 
 
-def _asks_for_a_slot(sentence: str) -> bool:
-    text = sentence.strip()
-    lowered = text.lower()
-    if not text.endswith(("?", "？")) or _CHOICE.search(lowered) or any(c.isdigit() for c in text):
-        return False
-    if _CJK.search(text):
-        return bool(_SLOT_QUESTION_ZH.search(text))
-    return bool(_SLOT_QUESTION_EN.match(lowered)) and not names_in(text)
+def _asks_for_a_slot(question: str) -> bool:
+    """``question``: one sentence of a reply, stripped, ending with a question mark."""
+    if _CJK.search(question):
+        return (
+            bool(_SLOT_QUESTION_ZH.search(question)) and not _CHOICE.search(question) and not _NUMBER.search(question)
+        )
+    lowered = question.lower()
+    # names_in: no capitalised name past the start, no number
+    return bool(_SLOT_QUESTION_EN.match(lowered)) and not _CHOICE.search(lowered) and not names_in(question)
 
 
 def statements(text: str) -> str:
