@@ -22,6 +22,7 @@ from proxy.observability.metrics import Metrics
 from proxy.planner import PolicyBox
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
+from proxy.settling import Settling
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
 from proxy.storage.base import IndexKey, RecordStore, Selector, StoreUnavailable
@@ -328,6 +329,7 @@ async def open_parts(
         raise
     upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
     prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
+    settling = Settling()
     stack = contextlib.AsyncExitStack()
     try:
         classifier = await IntentClassifier.build(policy, embedder)
@@ -373,13 +375,16 @@ async def open_parts(
             prewarmer=prewarmer,
             prewarm_all=s.prewarm,
             race=races(s.race_upstream, flavour),
+            settling=settling,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
+        await settling.close()  # answers given are kept before the index is saved
         await stack.aclose()  # the feed stops first: the index it changes is saved quiet
         await _save_snapshot(cache, s.index_snapshot_path, stamp)
         if feed is not None:
             await _save_checkpoint(feed, cache, box.policy.version, checkpoint_path(s))
     finally:
+        await settling.close()  # writes still under way, before anything they use closes
         await stack.aclose()  # the feed, before the store it reads
         await prewarmer.close()  # its tasks use the upstream client: cancel them first
         await upstream.close()

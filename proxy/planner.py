@@ -18,6 +18,7 @@ from proxy.microbatch import Overloaded
 from proxy.model import Decision, Reason, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy, Policy
+from proxy.settling import Settling
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner
 from proxy.storage.base import StoreUnavailable
@@ -44,9 +45,16 @@ class PolicyBox:
 
 class Planner:
     def __init__(
-        self, *, cache: SemanticCache, signer: ContextSigner, policy_box: PolicyBox, feedback: FeedbackReader
+        self,
+        *,
+        cache: SemanticCache,
+        signer: ContextSigner,
+        policy_box: PolicyBox,
+        feedback: FeedbackReader,
+        settling: Settling,
     ) -> None:
         self.cache, self.signer, self.policy_box, self.feedback = cache, signer, policy_box, feedback
+        self.settling = settling
 
     async def plan(
         self,
@@ -99,6 +107,11 @@ class Planner:
         if req.controls.no_cache or (switched and not policy.shares_repeats):
             return Plan(Status.MISS, Reason.TOPIC_SWITCH if switched else Reason.NO_CACHE, sig, policy)
         t = time.perf_counter()
+        # answers given before this request arrived are searched, though their writing may go on
+        if "global" in policy.pools:  # the shared pool: any tenant's answer may be written to it
+            await self.settling.everything()
+        else:
+            await self.settling.tenant(who.tenant)
         # a turn that left its topic is signed without the history it left, so only the record of
         # this very conversation, asked before in another session, may answer it
         found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched)

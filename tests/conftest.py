@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import openai
 import pytest
 from aiohttp import web
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.packs import install_pack, load_embedder
+from proxy.http import keys
 from proxy.http.app import create_app
 from proxy.observability.metrics import Metrics
 from proxy.parts import Parts, open_parts
@@ -84,6 +86,44 @@ async def upstream() -> AsyncIterator[Upstream]:
     await server.close()
 
 
+class _SettledBody(httpx.AsyncByteStream):
+    def __init__(self, body: httpx.AsyncByteStream, settle: Callable[[], Awaitable[None]]) -> None:
+        self.body, self.settle = body, settle
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.body:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.body.aclose()
+        await self.settle()
+
+
+class SettledTransport(httpx.AsyncBaseTransport):
+    """httpx's own transport, each response closing only once the proxy's bookkeeping after its
+    replies is done (proxy.settling).
+
+    In process, the proxy and the test share one event loop, so that bookkeeping would run between
+    the test's statements; a client elsewhere sees it done a round trip later. Tests of reading
+    the store right after a reply use a client made with ``settled=False``."""
+
+    def __init__(self, settle: Callable[[], Awaitable[None]]) -> None:
+        self.inner, self.settle = httpx.AsyncHTTPTransport(), settle
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_SettledBody(response.stream, self.settle),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @dataclass
 class Proxy:
     server: TestServer
@@ -94,10 +134,21 @@ class Proxy:
     def base_url(self) -> str:
         return str(self.server.make_url("/v1"))
 
-    def client(self, api_key: str = "key-A", **headers: str) -> openai.AsyncOpenAI:
+    def client(self, api_key: str = "key-A", *, settled: bool = True, **headers: str) -> openai.AsyncOpenAI:
+        """The official SDK pointed at the proxy; ``settled``: through :class:`SettledTransport`."""
+        http = httpx.AsyncClient(transport=SettledTransport(self.settled), timeout=30) if settled else None
         return openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key, max_retries=0, timeout=30, default_headers=headers or None
+            base_url=self.base_url,
+            api_key=api_key,
+            max_retries=0,
+            timeout=30,
+            default_headers=headers or None,
+            http_client=http,
         )
+
+    async def settled(self) -> None:
+        """Until the bookkeeping after every reply given so far is done."""
+        await self.app[keys.CHAT].settling.everything()
 
     async def metric(self, name: str, **labels: str) -> float | None:
         """One sample of the proxy's /metrics as a Prometheus scrape reads it, None when absent."""

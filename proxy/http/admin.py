@@ -60,6 +60,8 @@ def guarded(handler: Handler) -> Handler:
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise Unauthorized("admin routes need Authorization: Bearer <SMARTCACHE_ADMIN_TOKEN>")
+        # every answer already given is in what the route reads or changes (proxy.settling)
+        await request.app[keys.CHAT].settling.everything()
         return await handler(request)
 
     return wrapper

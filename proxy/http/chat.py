@@ -21,13 +21,14 @@ from proxy.errors import UpstreamError
 from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
-from proxy.http.relay import relay_json, relay_stream
+from proxy.http.relay import Relayed, relay_json, relay_stream
 from proxy.identity import Identity
 from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
 from proxy.planner import Plan, Planner, PolicyBox
 from proxy.policy import IntentPolicy
+from proxy.settling import Settling
 from proxy.signing.conversation import LruDict
 from proxy.signing.signer import ContextSigner
 from proxy.storage.base import StoreUnavailable
@@ -57,6 +58,7 @@ class ChatService:
         prewarmer: Prewarmer | None = None,
         prewarm_all: bool = False,
         race: frozenset[Kind] = frozenset(),
+        settling: Settling | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.signer, self.policy_box = cache, signer, policy_box
@@ -66,10 +68,19 @@ class ChatService:
         self.flavour: Flavour = flavour  # narrowed by the check above
         self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, debug_headers, clock
         self.regenerate_window = regenerate_window
+        # the bookkeeping after a reply: a write-back, a served hit's count (proxy.settling)
+        self.settling = settling or Settling()
         self.feedback = FeedbackReader(
-            cache=cache, judge=judge, metrics=metrics, regenerate_window=regenerate_window, clock=clock
+            cache=cache,
+            judge=judge,
+            metrics=metrics,
+            regenerate_window=regenerate_window,
+            settling=self.settling,
+            clock=clock,
         )
-        self.planner = Planner(cache=cache, signer=signer, policy_box=policy_box, feedback=self.feedback)
+        self.planner = Planner(
+            cache=cache, signer=signer, policy_box=policy_box, feedback=self.feedback, settling=self.settling
+        )
         self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, prewarm_all
         if coalescer is not None:
             metrics.tally(
@@ -103,7 +114,10 @@ class ChatService:
             response = await self._route(http, req, who, out)
         finally:
             elapsed = time.perf_counter() - t0
-            account(self.metrics, out, who, elapsed)
+            if out.settling is None:
+                account(self.metrics, out, who, elapsed)
+            else:  # the canonical line says what came of the write-back too
+                out.settling.add_done_callback(lambda _: account(self.metrics, out, who, elapsed))
         return response
 
     async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
@@ -160,7 +174,7 @@ class ChatService:
         t = time.perf_counter()
         out.status, out.reason, out.cache_id = Status.HIT, out.decision.reason if out.decision else "", record.cache_id
         out.saved_prompt_tokens, out.saved_completion_tokens = record.prompt_tokens, record.completion_tokens
-        await self.cache.served(record, who, sig)
+        out.settling = self.settling.start(who, self._count_served(record, who, sig))
         if self.judge.served(who, record.cache_id, self.clock()):
             self.metrics.hit_judged("accepted")
         headers = self._headers(http, out)
@@ -173,6 +187,12 @@ class ChatService:
         )
         out.stages["serve"] = time.perf_counter() - t
         return response
+
+    async def _count_served(self, record: Record, who: Identity, sig: Signature) -> None:
+        try:
+            await self.cache.served(record, who, sig)
+        except Exception:  # the client has its answer: a failure here costs only the count
+            structlog.get_logger("smartcache").exception("store.served_failed")
 
     def _prewarm(self, http: web.Request, req: ChatRequest, who: Identity, answer: str, policy: IntentPolicy) -> bool:
         if self.prewarmer is None or not (self.prewarm_all or policy.prewarm):
@@ -247,9 +267,14 @@ class ChatService:
         key = coalesce.coalesce_key(req, who)
         for _ in range(coalesce.FOLLOW_ATTEMPTS):
             flight = table.follow(key)
-            if flight is None:  # no await since follow(): the flight led below is the only one
-                with table.lead(key) as flight:
+            if flight is None:  # no await since follow(): the flight begun here is the only one
+                flight = table.begin(key)
+                try:
+                    # ended by the write-back, so followers get the record's id (_keep)
                     return await self._call_upstream(http, req, who, out, store, flight, race)
+                except BaseException:
+                    table.end(flight)
+                    raise
             if race is not None:  # the leader's call answers this request: ours is one too many
                 await self._drop(race)
                 race = None
@@ -318,13 +343,37 @@ class ChatService:
         finally:
             out.stages["upstream"] = time.perf_counter() - t
         out.upstream_cached_tokens = cached_tokens_of(relayed.usage)
-        cut = relayed.cut_at_limit and req.answer_cap is not None
-        kept = relayed.text if relayed.storable or cut else None
-        await self._write_back(req, who, out, store, kept, relayed.usage, cut=cut)
-        if flight is not None and relayed.text is not None and relayed.finish_reason:
-            cache_id = out.cache_id if out.stored else None
-            flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
+        out.settling = self.settling.start(who, self._keep(req, who, out, store, relayed, flight))
+        if req.stream:  # its end goes out now that the keeping is registered (relay_stream)
+            try:
+                await relayed.response.write_eof()
+            except ConnectionResetError:
+                out.ending = out.ending or Ending.CLIENT_GONE
         return relayed.response
+
+    async def _keep(
+        self,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        store: tuple[Signature, IntentPolicy] | None,
+        relayed: Relayed,
+        flight: coalesce.Flight | None,
+    ) -> None:
+        """After the reply: write the answer back, then hand it to the flight's followers."""
+        try:
+            cut = relayed.cut_at_limit and req.answer_cap is not None
+            kept = relayed.text if relayed.storable or cut else None
+            await self._write_back(req, who, out, store, kept, relayed.usage, cut=cut)
+            if flight is not None and relayed.text is not None and relayed.finish_reason:
+                cache_id = out.cache_id if out.stored else None
+                flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
+        except Exception:  # the client has its answer: a failure here costs only its keeping
+            structlog.get_logger("smartcache").exception("store.write_failed")
+            out.ending = Ending.STORE_UNAVAILABLE
+        finally:
+            if flight is not None and self.coalescer is not None:
+                self.coalescer.end(flight)
 
     async def _write_back(
         self,

@@ -3,6 +3,7 @@ and metrics that count it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ class Outcome:
     signature: Signature | None = None
     response_id: str | None = None
     decision: Decision | None = None
+    # the bookkeeping still running after the reply (proxy.settling); the log line waits for it
+    settling: asyncio.Task[None] | None = None
 
 
 def public_reason(reason: str) -> str | None:

@@ -73,7 +73,11 @@ async def relay_stream(
     ours: OurHeaders,
     metrics: Metrics,
 ) -> Relayed:
-    """``resp``: an opened stream (``opened_stream``, or a raced call's), its body unread."""
+    """``resp``: an opened stream (``opened_stream``, or a raced call's), its body unread.
+
+    A whole answer is relayed up to its end but for the end of the body itself: the caller ends it
+    (``write_eof``) once what it does with the answer is under way, so the client cannot have
+    the answer before the proxy has registered its keeping (proxy.settling)."""
     tee = StreamTee(strip_usage=strip_usage)
     out.upstream_status = resp.status
     response = web.StreamResponse(
@@ -94,7 +98,6 @@ async def relay_stream(
             await response.write(rest)
         if not tee.done:
             raise UpstreamUnavailable("upstream stream ended before [DONE]")
-        await response.write_eof()
     except UpstreamError as exc:
         # the status line is gone already: say so in-band, as OpenAI does, and store nothing
         metrics.upstream_error(type(exc).__name__)

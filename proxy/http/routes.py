@@ -108,6 +108,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    # the counters of every answer already given (proxy.settling)
+    await request.app[keys.CHAT].settling.everything()
     body, content_type = request.app[keys.METRICS].render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 

@@ -111,25 +111,34 @@ class Coalescer:
             self.followed += 1
         return flight
 
-    @contextlib.contextmanager
-    def lead(self, key: str) -> Iterator[Flight]:
-        """Register a flight for ``key`` for the duration of the block.
+    def begin(self, key: str) -> Flight:
+        """Register a flight for ``key`` until :meth:`end`.
 
         Callers check :meth:`follow` first with no await in between, so there is never more
-        than one flight per key. Whatever happens in the block, the flight leaves the table and
-        its followers wake; one that was neither ``succeed``-ed nor ``fail``-ed tells them to
-        go upstream themselves.
+        than one flight per key.
         """
         if key in self._flights:
             raise RuntimeError("a flight for this key is already in progress; follow it")
         flight = Flight(key)
         self._flights[key] = flight
         self.led += 1
+        return flight
+
+    def end(self, flight: Flight) -> None:
+        """The flight leaves the table and its followers wake; one that was neither
+        ``succeed``-ed nor ``fail``-ed tells them to go upstream themselves."""
+        if self._flights.get(flight.key) is flight:
+            del self._flights[flight.key]
+        flight.done.set()
+
+    @contextlib.contextmanager
+    def lead(self, key: str) -> Iterator[Flight]:
+        """:meth:`begin` and :meth:`end` around a block, whatever happens in it."""
+        flight = self.begin(key)
         try:
             yield flight
         finally:
-            del self._flights[key]
-            flight.done.set()
+            self.end(flight)
 
 
 def plain_answer(body: Any) -> tuple[str | None, str | None]:

@@ -88,6 +88,7 @@ async def ask(proxy: Proxy, text: str, *, stream: bool = False, key: str = "key-
 
 
 async def stored(proxy: Proxy) -> int:
+    await proxy.settled()
     return len(await proxy.app[keys.CACHE].store.find(Selector(model="m-disk", states=None), limit=1000))
 
 

@@ -346,6 +346,7 @@ async def test_a_revoked_keys_tenant_is_purged_with_one_admin_call(tenant_proxy:
     _, revoked = await ask(proxy, "key-revoked", VICTIM_Q)
     await ask(proxy, "key-revoked", "Tell me a joke about owls.")
     _, kept = await ask(proxy, "key-kept", VICTIM_Q)
+    await proxy.settled()
     before = await store.find(Selector(states=None), limit=100)
     assert len({r.tenant for r in before}) == 2
 

@@ -1,0 +1,90 @@
+"""What a request still does for the cache after its answer went out.
+
+An answer goes to the client before it is written back (the record, its index entry, the
+session's last answer) or before a served hit is counted: that bookkeeping is a few milliseconds
+of SQLite and hnswlib the client need not wait for, and a keep-alive connection's next request
+must not queue behind it. Whoever reads what it writes waits for it instead, so nothing can tell
+the bookkeeping came after the reply:
+
+- the session's own next request, before its feedback is read: a regenerate or a correction sent
+  the moment the answer arrived finds that answer as the session's last, and a reset finds the
+  record to invalidate;
+- any request of the tenant, before its lookup: an answer given before the request arrived is in
+  the index it searches, as when the write came first;
+- the admin API and the metrics, before they read: a record, a thumbs target, a counter.
+
+Only the work in flight when the reader arrives is waited for, so a wait is bounded by one
+write-back, never by a queue of them. At shutdown everything in flight is finished, not
+cancelled: the answer was given and its keeping was promised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from proxy.identity import Identity
+
+__all__ = ["Settling"]
+
+
+class Settling:
+    """Background bookkeeping of answered requests, by tenant and session, and waits on it."""
+
+    def __init__(self) -> None:
+        self._all: set[asyncio.Task[None]] = set()
+        self._tenants: dict[str, set[asyncio.Task[None]]] = {}
+        self._sessions: dict[tuple[str, str], set[asyncio.Task[None]]] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._all)
+
+    def start(self, who: Identity, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` now, in the background; readers of ``who``'s tenant and session wait for it.
+        Its errors are its own to log: a failure here must never reach a client who has its answer."""
+        task = asyncio.get_running_loop().create_task(work)
+        session = (who.tenant, who.session)
+        self._all.add(task)
+        self._tenants.setdefault(who.tenant, set()).add(task)
+        self._sessions.setdefault(session, set()).add(task)
+        task.add_done_callback(lambda done: self._forget(done, who.tenant, session))
+        return task
+
+    def _forget(self, task: asyncio.Task[None], tenant: str, session: tuple[str, str]) -> None:
+        self._all.discard(task)
+        _discard(self._tenants, tenant, task)
+        _discard(self._sessions, session, task)
+
+    async def session(self, who: Identity) -> None:
+        """Until the session's bookkeeping in flight now is done."""
+        await _wait(self._sessions.get((who.tenant, who.session)))
+
+    async def tenant(self, tenant: str) -> None:
+        """Until the tenant's bookkeeping in flight now is done."""
+        await _wait(self._tenants.get(tenant))
+
+    async def everything(self) -> None:
+        """Until all bookkeeping in flight now is done."""
+        await _wait(self._all)
+
+    async def close(self) -> None:
+        """Finish everything, including what finishing starts (a shutdown waits for the last write)."""
+        while self._all:
+            await _wait(self._all)
+
+
+def _discard(table: dict[Any, set[asyncio.Task[None]]], key: Any, task: asyncio.Task[None]) -> None:
+    tasks = table.get(key)
+    if tasks is not None:
+        tasks.discard(task)
+        if not tasks:
+            del table[key]
+
+
+async def _wait(tasks: set[asyncio.Task[None]] | None) -> None:
+    # the common case, nothing in flight, returns without suspending the caller
+    if tasks:
+        # a copy: tasks leave the set as they finish; asyncio.wait raises none of their errors
+        await asyncio.wait(set(tasks))
