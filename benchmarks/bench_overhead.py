@@ -13,7 +13,11 @@ Modes, each with its own fresh sessions and texts so no mode feeds another:
 - ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is;
 - ``*_raced``: miss, paraphrase hit and half-hit again through a second proxy, beside the first,
   that races the upstream (``race_upstream: on``, README "Racing the upstream"): the upstream call
-  goes out while the lookup runs. The first proxy runs with ``race_upstream: off``.
+  goes out while the lookup runs. The first proxy runs with ``race_upstream: off``;
+- ``hit_verified``: the paraphrase hit through a third proxy whose policy has the travel intent
+  set ``verify_accept`` (``VERIFY_ACCEPT``), so the pair verifier reads each candidate before it
+  is served. No shipped intent verifies; this row is what one that does would cost. The level is
+  low enough for the paraphrases here to pass: it measures time, not precision.
 
 Seeding requests (the first asking of a pair) are not timed. Every mode runs once per round, in
 an order rotated each round; the table shows the median over rounds of each round's p50/p95/p99
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import yaml
 from aiohttp import web
 from rich.console import Console
 from rich.table import Table
@@ -69,7 +74,9 @@ from soak_upstream import Delays, Tally, soak_upstream
 
 PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
 RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
-MODES = PLAIN_MODES + RACED_MODES
+VERIFIED_MODES = ("hit_verified",)
+MODES = PLAIN_MODES + RACED_MODES + VERIFIED_MODES
+VERIFY_ACCEPT = 0.5
 EXPECT = {
     "direct": "-",
     "miss": "miss",
@@ -80,6 +87,7 @@ EXPECT = {
     "miss_raced": "miss",
     "hit_paraphrase_raced": "hit",
     "half_hit_raced": "half-hit",
+    "hit_verified": "hit",
 }
 CITIES = (
     "Lisbon",
@@ -188,7 +196,7 @@ class Workload:
     def _probe(self, mode: str) -> Probe:
         k = self._drawn[mode]
         self._drawn[mode] += 1
-        mode = mode.removesuffix("_raced")
+        mode = mode.removesuffix("_raced").replace("hit_verified", "hit_paraphrase")
         i = next(self._counter)
         question = f"Question number {i}: what is {i} times {i + 7}?"
         if mode in ("direct", "miss"):
@@ -224,6 +232,13 @@ async def post(
     return (time.perf_counter() - t0) * 1000, status
 
 
+def proxy_of(mode: str) -> str:
+    """Which of ``Serving``'s targets a mode asks."""
+    if mode == "direct":
+        return "direct"
+    return "raced" if mode.endswith("_raced") else "verified" if mode in VERIFIED_MODES else "proxy"
+
+
 @dataclass
 class ModeResult:
     rounds: list[dict[str, float]] = field(default_factory=list)
@@ -238,14 +253,20 @@ async def run_mode(
     pids: dict[str, int],
     tag: str,
     result: ModeResult,
+    gap_s: float = 0.0,
 ) -> None:
-    url = urls["direct"] if mode == "direct" else urls["raced" if mode.endswith("_raced") else "proxy"]
+    target = proxy_of(mode)
+    url = urls[target]
     for i, probe in enumerate(probes):
         if probe.seed is not None:
             await post(session, url, probe.seed, f"{tag}-{i}")
-    pid = pids["raced" if mode.endswith("_raced") else "proxy"]
+    pid = pids["proxy" if target == "direct" else target]  # direct: read, then reported as nan
     cpu0 = process_cpu_seconds(pid)
-    timed = [await post(session, url, p.ask, f"{tag}-{i}", p.extra) for i, p in enumerate(probes)]
+    timed = []
+    for i, p in enumerate(probes):
+        if gap_s:
+            await asyncio.sleep(gap_s)
+        timed.append(await post(session, url, p.ask, f"{tag}-{i}", p.extra))
     cpu = process_cpu_seconds(pid) - cpu0
     result.statuses.update(status for _, status in timed)
     matched = [ms for ms, status in timed if status == EXPECT[mode]]
@@ -282,14 +303,23 @@ class Serving:
     pid: int  # the proxy process
     raced: str | None = None  # a second proxy that races the upstream, when asked for
     raced_pid: int | None = None
+    verified: str | None = None  # a third whose travel intent verifies, when asked for
+    verified_pid: int | None = None
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    upstream_ms: float, pack: str, model_home: Path, env: dict[str, str] | None = None, *, raced: bool = False
+    upstream_ms: float,
+    pack: str,
+    model_home: Path,
+    env: dict[str, str] | None = None,
+    *,
+    raced: bool = False,
+    verified: bool = False,
 ) -> AsyncIterator[Serving]:
     """The scripted upstream in this process and a proxy process in front of it, both on loopback;
-    ``raced``: a second proxy beside it that races the upstream (the first never does)."""
+    ``raced``: a second proxy beside it that races the upstream (the first never does);
+    ``verified``: a third whose travel intent sets ``verify_accept``."""
     logging.getLogger("aiohttp").setLevel(logging.ERROR)
     delays = Delays(first_byte=(upstream_ms / 1000,) * 2)
     runner = web.AppRunner(soak_upstream(delays, Tally(), random.Random(0)), access_log=None)
@@ -309,34 +339,60 @@ async def serving(
     up = f"http://127.0.0.1:{up_port}/v1"
     proxy = ProxyProcess(up, work / "data", proxy_env)
     second = ProxyProcess(up, work / "raced", {**proxy_env, "SMARTCACHE_RACE_UPSTREAM": "on"}) if raced else None
+    third = None
+    if verified:
+        policy = verifying_policy(proxy_env, work / "verifying.yaml")
+        third = ProxyProcess(up, work / "verified", {**proxy_env, "SMARTCACHE_POLICY": str(policy)})
+    extra = [p for p in (second, third) if p is not None]
     try:
-        await proxy.start()
-        assert proxy.proc is not None
-        if second is not None:
-            await second.start()
-            assert second.proc is not None
+        for started in (proxy, *extra):
+            await started.start()
         yield Serving(
             f"{up}/chat/completions",
             proxy.url + "/v1/chat/completions",
-            proxy.proc.pid,
+            pid_of(proxy),
             second.url + "/v1/chat/completions" if second is not None else None,
-            second.proc.pid if second is not None and second.proc is not None else None,
+            pid_of(second) if second is not None else None,
+            third.url + "/v1/chat/completions" if third is not None else None,
+            pid_of(third) if third is not None else None,
         )
     finally:
-        if second is not None:
-            second.stop()
+        for started in extra:
+            started.stop()
         proxy.stop()
         await runner.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
+def pid_of(proxy: ProxyProcess) -> int:
+    assert proxy.proc is not None
+    return proxy.proc.pid
+
+
+def verifying_policy(env: dict[str, str], path: Path) -> Path:
+    """The pack's shipped policy with the travel intent verifying at ``VERIFY_ACCEPT``."""
+    from proxy.settings import shipped_policy
+
+    data = yaml.safe_load(shipped_policy(env["SMARTCACHE_EMBEDDING_MODEL"]).read_text(encoding="utf-8"))
+    data["intents"]["travel"]["verify_accept"] = VERIFY_ACCEPT
+    data["version"] = f"{data['version']}-bench-verified"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
 async def warm_up(s: aiohttp.ClientSession, target: Serving) -> None:
-    """Loads the graph's kernels and opens the sockets before anything is timed."""
+    """Loads the graph's kernels and opens the sockets before anything is timed; a verifying
+    proxy also verifies a pair, which builds the verifier's graph."""
     for i in range(3):
         await post(s, target.proxy, f"warm-up question {i}", "warm")
-        if target.raced is not None:
-            await post(s, target.raced, f"warm-up question {i}", "warm")
+        for other in (target.raced, target.verified):
+            if other is not None:
+                await post(s, other, f"warm-up question {i}", "warm")
         await post(s, target.direct, f"warm-up question {i}", "warm")
+    if target.verified is not None:
+        await post(s, target.verified, "Suggest a hotel near the zoo in Lima", "warm-verify")
+        await post(s, target.verified, "Can you suggest a hotel close to the zoo in Lima?", "warm-verify")
 
 
 async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[tuple[str, str]]:
@@ -348,20 +404,25 @@ async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    modes = MODES if args.race else PLAIN_MODES
+    modes = PLAIN_MODES + (RACED_MODES if args.race else ()) + (VERIFIED_MODES if args.verified else ())
     results = {mode: ModeResult() for mode in modes}
     work_gen = Workload(args.seed)
     throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
-    async with serving(args.upstream_ms, args.pack, args.model_home, raced=args.race) as target:
-        urls = {"direct": target.direct, "proxy": target.proxy, "raced": target.raced or ""}
-        pids = {"proxy": target.pid, "raced": target.raced_pid or 0}
+    async with serving(args.upstream_ms, args.pack, args.model_home, raced=args.race, verified=args.verified) as target:
+        urls = {
+            "direct": target.direct,
+            "proxy": target.proxy,
+            "raced": target.raced or "",
+            "verified": target.verified or "",
+        }
+        pids = {"proxy": target.pid, "raced": target.raced_pid or 0, "verified": target.verified_pid or 0}
         connector = aiohttp.TCPConnector(limit=max(args.clients) + 8)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as s:
             await warm_up(s, target)
             for r in range(args.rounds):
                 for mode in rotated(modes, r):
                     probes = work_gen.probes(mode, args.n)
-                    await run_mode(s, mode, probes, urls, pids, f"r{r}-{mode}", results[mode])
+                    await run_mode(s, mode, probes, urls, pids, f"r{r}-{mode}", results[mode], args.gap_ms / 1000)
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             pool = await seed_pool(s, target.proxy)
             for r in range(args.rounds):
@@ -392,6 +453,7 @@ def collate(
         }
     return {
         "upstream_ms": args.upstream_ms,
+        "gap_ms": args.gap_ms,
         "pack": args.pack,
         "rounds": args.rounds,
         "requests_per_mode_per_round": args.n,
@@ -413,6 +475,7 @@ def print_tables(res: dict[str, Any], console: Console) -> None:
         title=(
             f"proxy vs direct upstream ({res['upstream_ms']:.0f} ms scripted), {res['pack']}, median of "
             f"{res['rounds']} rounds x {res['requests_per_mode_per_round']} requests (ms)"
+            + (f", {res['gap_ms']:.0f} ms between requests" if res.get("gap_ms") else "")
         )
     )
     for col in ("mode", "x-cache-status (all)", "p50", "p95", "p99", "p50 over direct", "proxy CPU ms/req"):
@@ -448,7 +511,15 @@ def main(argv: list[str] | None = None) -> int:
     add_pack_option(ap)
     ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--gap-ms",
+        type=float,
+        default=0.0,
+        help="a pause before each timed request, so that it is not also paying for the bookkeeping the "
+        "proxy does after its last reply (a client's think time); 0: back to back",
+    )
     ap.add_argument("--no-race", dest="race", action="store_false", help="skip the second, racing proxy")
+    ap.add_argument("--no-verified", dest="verified", action="store_false", help="skip the third, verifying proxy")
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_overhead.json")
     args = ap.parse_args(argv)
     if args.quick:
