@@ -134,7 +134,7 @@ def _overhead(r: Mapping[str, Any]) -> str:
     modes, tp = r["modes"], r["hit_throughput"]
     parts = [
         f"{m} p50 {fmt(modes[m]['median']['p50'])} ms ({modes[m]['p50_over_direct_ms']:+.1f})"
-        for m in ("miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+        for m in ("miss", "miss_raced", "hit_exact", "hit_paraphrase", "hit_verified", "half_hit", "bypass")
         if m in modes
     ]
     parts.append("hits/s " + "/".join(f"{fmt(v['requests_per_s'], 0)}@{c}" for c, v in tp.items()))
