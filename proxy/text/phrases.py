@@ -13,12 +13,14 @@ from proxy.text.normalize import NormalText, normalize_text
 
 
 @functools.lru_cache(maxsize=4096)
-def _keyword_pattern(keyword: str) -> re.Pattern[str]:
-    """Keywords come from the policy file: compiled once per keyword, not once per request."""
+def _keyword_pattern(keyword: str) -> tuple[str, re.Pattern[str]]:
+    """Keywords come from the policy file: compiled once per keyword, not once per request. With
+    the pattern, the literal every match contains: a substring test (C, tens of nanoseconds) rules
+    out nearly every keyword before its regex runs."""
     keyword = normalize_text(keyword) if keyword.isascii() else keyword.lower()
     if re.search(r"[a-z0-9]", keyword) and keyword.isascii():
-        return re.compile(rf"(?<![a-z0-9]){re.escape(keyword)}(?![a-z0-9])")
-    return re.compile(re.escape(keyword))
+        return keyword, re.compile(rf"(?<![a-z0-9]){re.escape(keyword)}(?![a-z0-9])")
+    return keyword, re.compile(re.escape(keyword))
 
 
 def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> str | None:
@@ -28,8 +30,12 @@ def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> s
     as substrings of the normalised text.
     """
     for intent, words in keywords.items():
-        if any(_keyword_pattern(word).search(norm) for word in words if word.strip()):
-            return intent
+        for word in words:
+            if not word.strip():
+                continue
+            literal, pattern = _keyword_pattern(word)
+            if literal in norm and pattern.search(norm):
+                return intent
     return None
 
 
