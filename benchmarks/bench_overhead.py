@@ -77,6 +77,8 @@ RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
 VERIFIED_MODES = ("hit_verified",)
 MODES = PLAIN_MODES + RACED_MODES + VERIFIED_MODES
 VERIFY_ACCEPT = 0.5
+# a mode that asks another mode's texts of its own proxy (raced modes: their plain mode's)
+ASKED_AS = {"hit_verified": "hit_paraphrase"}
 EXPECT = {
     "direct": "-",
     "miss": "miss",
@@ -196,7 +198,7 @@ class Workload:
     def _probe(self, mode: str) -> Probe:
         k = self._drawn[mode]
         self._drawn[mode] += 1
-        mode = mode.removesuffix("_raced").replace("hit_verified", "hit_paraphrase")
+        mode = ASKED_AS.get(mode, mode.removesuffix("_raced"))
         i = next(self._counter)
         question = f"Question number {i}: what is {i} times {i + 7}?"
         if mode in ("direct", "miss"):
@@ -299,12 +301,16 @@ async def closed_loop(
 @dataclass(frozen=True)
 class Serving:
     direct: str  # the upstream's chat URL
-    proxy: str  # the proxy's chat URL
-    pid: int  # the proxy process
-    raced: str | None = None  # a second proxy that races the upstream, when asked for
-    raced_pid: int | None = None
-    verified: str | None = None  # a third whose travel intent verifies, when asked for
-    verified_pid: int | None = None
+    # chat URL and process of each proxy by name: "proxy", and "raced" and "verified" when asked for
+    proxies: dict[str, tuple[str, int]]
+
+    @property
+    def proxy(self) -> str:
+        return self.proxies["proxy"][0]
+
+    @property
+    def pid(self) -> int:
+        return self.proxies["proxy"][1]
 
 
 @contextlib.asynccontextmanager
@@ -336,30 +342,24 @@ async def serving(
         **(env or {}),
     }
     work = Path(tempfile.mkdtemp(prefix="smartcache-bench-"))
-    up = f"http://127.0.0.1:{up_port}/v1"
-    proxy = ProxyProcess(up, work / "data", proxy_env)
-    second = ProxyProcess(up, work / "raced", {**proxy_env, "SMARTCACHE_RACE_UPSTREAM": "on"}) if raced else None
-    third = None
+    envs = {"proxy": proxy_env}
+    if raced:
+        envs["raced"] = {**proxy_env, "SMARTCACHE_RACE_UPSTREAM": "on"}
     if verified:
         policy = verifying_policy(proxy_env, work / "verifying.yaml")
-        third = ProxyProcess(up, work / "verified", {**proxy_env, "SMARTCACHE_POLICY": str(policy)})
-    extra = [p for p in (second, third) if p is not None]
+        envs["verified"] = {**proxy_env, "SMARTCACHE_POLICY": str(policy)}
+    up = f"http://127.0.0.1:{up_port}/v1"
+    processes = {name: ProxyProcess(up, work / name, env) for name, env in envs.items()}
     try:
-        for started in (proxy, *extra):
-            await started.start()
+        for process in processes.values():
+            await process.start()
         yield Serving(
             f"{up}/chat/completions",
-            proxy.url + "/v1/chat/completions",
-            pid_of(proxy),
-            second.url + "/v1/chat/completions" if second is not None else None,
-            pid_of(second) if second is not None else None,
-            third.url + "/v1/chat/completions" if third is not None else None,
-            pid_of(third) if third is not None else None,
+            {name: (process.url + "/v1/chat/completions", pid_of(process)) for name, process in processes.items()},
         )
     finally:
-        for started in extra:
-            started.stop()
-        proxy.stop()
+        for process in processes.values():
+            process.stop()
         await runner.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -385,14 +385,13 @@ async def warm_up(s: aiohttp.ClientSession, target: Serving) -> None:
     """Loads the graph's kernels and opens the sockets before anything is timed; a verifying
     proxy also verifies a pair, which builds the verifier's graph."""
     for i in range(3):
-        await post(s, target.proxy, f"warm-up question {i}", "warm")
-        for other in (target.raced, target.verified):
-            if other is not None:
-                await post(s, other, f"warm-up question {i}", "warm")
+        for url, _ in target.proxies.values():
+            await post(s, url, f"warm-up question {i}", "warm")
         await post(s, target.direct, f"warm-up question {i}", "warm")
-    if target.verified is not None:
-        await post(s, target.verified, "Suggest a hotel near the zoo in Lima", "warm-verify")
-        await post(s, target.verified, "Can you suggest a hotel close to the zoo in Lima?", "warm-verify")
+    if "verified" in target.proxies:
+        url = target.proxies["verified"][0]
+        await post(s, url, "Suggest a hotel near the zoo in Lima", "warm-verify")
+        await post(s, url, "Can you suggest a hotel close to the zoo in Lima?", "warm-verify")
 
 
 async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[tuple[str, str]]:
@@ -409,13 +408,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     work_gen = Workload(args.seed)
     throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
     async with serving(args.upstream_ms, args.pack, args.model_home, raced=args.race, verified=args.verified) as target:
-        urls = {
-            "direct": target.direct,
-            "proxy": target.proxy,
-            "raced": target.raced or "",
-            "verified": target.verified or "",
-        }
-        pids = {"proxy": target.pid, "raced": target.raced_pid or 0, "verified": target.verified_pid or 0}
+        urls = {"direct": target.direct, **{name: url for name, (url, _) in target.proxies.items()}}
+        pids = {name: pid for name, (_, pid) in target.proxies.items()}
         connector = aiohttp.TCPConnector(limit=max(args.clients) + 8)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as s:
             await warm_up(s, target)

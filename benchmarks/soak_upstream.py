@@ -45,7 +45,6 @@ class Delays:
 class Tally:
     calls: int = 0
     by_fault: dict[str, int] = field(default_factory=dict)
-    dropped: int = 0  # calls whose caller had gone before the answer could start
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -165,7 +164,6 @@ def soak_upstream(delays: Delays, tally: Tally, rng: random.Random) -> web.Appli
         except ConnectionResetError:
             # the proxy dropped the call (a raced request that was a hit): nobody is left to answer
             # (aiohttp's finish_response drops a reply it cannot send without logging an error)
-            tally.dropped += 1
             return web.Response(status=499)
 
     app = web.Application()

@@ -24,6 +24,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+import structlog
+
 from proxy.identity import Identity
 
 __all__ = ["Settling"]
@@ -43,7 +45,8 @@ class Settling:
 
     def start(self, who: Identity, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` now, in the background; readers of ``who``'s tenant and session wait for it.
-        Its errors are its own to log: a failure here must never reach a client who has its answer."""
+        A failure is logged here (``settling.failed``) and reaches no one: the client has its answer,
+        and a waiter only needs the work to be over."""
         task = asyncio.get_running_loop().create_task(work)
         session = (who.tenant, who.session)
         self._all.add(task)
@@ -56,6 +59,8 @@ class Settling:
         self._all.discard(task)
         _discard(self._tenants, tenant, task)
         _discard(self._sessions, session, task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            structlog.get_logger("smartcache").error("settling.failed", exc_info=exc)
 
     async def session(self, who: Identity) -> None:
         """Until the session's bookkeeping in flight now is done."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.identity import Identity
 from proxy.settling import Settling
@@ -78,11 +79,14 @@ async def test_a_failure_is_the_works_own_and_never_reaches_a_waiter() -> None:
     async def broken() -> None:
         raise RuntimeError("disk on fire")
 
-    task = settling.start(who(), broken())
-    await settling.session(who())
+    with capture_logs() as logs:
+        task = settling.start(who(), broken())
+        await settling.session(who())
+        await asyncio.sleep(0)  # the done callbacks run after the waiter wakes
     assert settling.in_flight == 0
     with pytest.raises(RuntimeError):
         task.result()
+    assert [entry["event"] for entry in logs] == ["settling.failed"]
 
 
 async def test_close_finishes_work_that_starts_more_work() -> None:

@@ -58,7 +58,7 @@ class ChatService:
         prewarmer: Prewarmer | None = None,
         prewarm_all: bool = False,
         race: frozenset[Kind] = frozenset(),
-        settling: Settling | None = None,
+        settling: Settling,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.signer, self.policy_box = cache, signer, policy_box
@@ -68,8 +68,7 @@ class ChatService:
         self.flavour: Flavour = flavour  # narrowed by the check above
         self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, debug_headers, clock
         self.regenerate_window = regenerate_window
-        # the bookkeeping after a reply: a write-back, a served hit's count (proxy.settling)
-        self.settling = settling or Settling()
+        self.settling = settling  # the bookkeeping after a reply: a write-back, a hit's count
         self.feedback = FeedbackReader(
             cache=cache,
             judge=judge,
@@ -174,7 +173,7 @@ class ChatService:
         t = time.perf_counter()
         out.status, out.reason, out.cache_id = Status.HIT, out.decision.reason if out.decision else "", record.cache_id
         out.saved_prompt_tokens, out.saved_completion_tokens = record.prompt_tokens, record.completion_tokens
-        out.settling = self.settling.start(who, self._count_served(record, who, sig))
+        out.settling = self.settling.start(who, self.cache.served(record, who, sig))
         if self.judge.served(who, record.cache_id, self.clock()):
             self.metrics.hit_judged("accepted")
         headers = self._headers(http, out)
@@ -187,12 +186,6 @@ class ChatService:
         )
         out.stages["serve"] = time.perf_counter() - t
         return response
-
-    async def _count_served(self, record: Record, who: Identity, sig: Signature) -> None:
-        try:
-            await self.cache.served(record, who, sig)
-        except Exception:  # the client has its answer: a failure here costs only the count
-            structlog.get_logger("smartcache").exception("store.served_failed")
 
     def _prewarm(self, http: web.Request, req: ChatRequest, who: Identity, answer: str, policy: IntentPolicy) -> bool:
         if self.prewarmer is None or not (self.prewarm_all or policy.prewarm):
@@ -368,9 +361,6 @@ class ChatService:
             if flight is not None and relayed.text is not None and relayed.finish_reason:
                 cache_id = out.cache_id if out.stored else None
                 flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
-        except Exception:  # the client has its answer: a failure here costs only its keeping
-            structlog.get_logger("smartcache").exception("store.write_failed")
-            out.ending = Ending.STORE_UNAVAILABLE
         finally:
             if flight is not None and self.coalescer is not None:
                 self.coalescer.end(flight)
