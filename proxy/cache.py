@@ -57,6 +57,16 @@ INLINE_ROWS = 1024
 # which moves a cosine of 1 by under 1e-3. The request hash, not this score, decides.
 REPEAT_SCORE = 0.99
 REPEAT_K = 4  # one conversation asked in a few sessions; the newest records come first among equals
+# the index's bfloat16 rows move a cosine by under 1e-3 (above); a floor on scores from it leaves this
+SCORE_SLACK = 0.01
+
+
+def decisive_floor(policy: IntentPolicy) -> float:
+    """The lowest index score at which a record of another session can change a lookup's decision
+    under ``policy``: below ``candidate`` the best record is a miss, only named in its reason; a
+    pending one counts from ``accept``; an exact repeat scores about 1 (the session's own records,
+    which the restatement nets read, are waited for whatever their score)."""
+    return min(policy.candidate, policy.accept, REPEAT_SCORE) - SCORE_SLACK
 
 
 @dataclass

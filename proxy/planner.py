@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.cache import SemanticCache
+from proxy.cache import SemanticCache, decisive_floor
 from proxy.feedback import UNSTORED, FeedbackReader, pending_would_serve
 from proxy.identity import Identity
 from proxy.microbatch import Overloaded
@@ -107,11 +107,11 @@ class Planner:
         if req.controls.no_cache or (switched and not policy.shares_repeats):
             return Plan(Status.MISS, Reason.TOPIC_SWITCH if switched else Reason.NO_CACHE, sig, policy)
         t = time.perf_counter()
-        # answers given before this request arrived are searched, though their writing may go on
-        if "global" in policy.pools:  # the shared pool: any tenant's answer may be written to it
-            await self.settling.everything()
-        else:
-            await self.settling.tenant(who.tenant)
+        # answers given before this request arrived are searched, though their writing may go on:
+        # those near enough to change the decision (the session's own were waited for above); in
+        # the shared pool any tenant's answer may be written to it
+        tenant = None if "global" in policy.pools else who.tenant
+        await self.settling.writes_near(sig.vector, decisive_floor(policy), tenant)
         # a turn that left its topic is signed without the history it left, so only the record of
         # this very conversation, asked before in another session, may answer it
         found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched)

@@ -9,8 +9,11 @@ the bookkeeping came after the reply:
 - the session's own next request, before its feedback is read: a regenerate or a correction sent
   the moment the answer arrived finds that answer as the session's last, and a reset finds the
   record to invalidate;
-- any request of the tenant, before its lookup: an answer given before the request arrived is in
-  the index it searches, as when the write came first;
+- any request of the tenant, before its lookup, for the answers being written whose conversation
+  is near its own (the lookup's floor, below which a record cannot change its decision): an answer
+  given before the request arrived is in the index it searches, as when the write came first.
+  Unrelated writes and hit counts are not waited for: under load some write is nearly always in
+  flight, and a lookup that waited for each would queue behind every other request's bookkeeping;
 - the admin API and the metrics, before they read: a record, a thumbs target, a counter.
 
 Only the work in flight when the reader arrives is waited for, so a wait is bounded by one
@@ -24,6 +27,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+import numpy as np
 import structlog
 
 from proxy.identity import Identity
@@ -36,29 +40,36 @@ class Settling:
 
     def __init__(self) -> None:
         self._all: set[asyncio.Task[None]] = set()
-        self._tenants: dict[str, set[asyncio.Task[None]]] = {}
         self._sessions: dict[tuple[str, str], set[asyncio.Task[None]]] = {}
+        # record writes in flight, by tenant, with the conversation vector each record is indexed by
+        self._writes: dict[str, dict[asyncio.Task[None], np.ndarray]] = {}
 
     @property
     def in_flight(self) -> int:
         return len(self._all)
 
-    def start(self, who: Identity, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``work`` now, in the background; readers of ``who``'s tenant and session wait for it.
-        A failure is logged here (``settling.failed``) and reaches no one: the client has its answer,
-        and a waiter only needs the work to be over."""
+    def start(
+        self, who: Identity, work: Coroutine[Any, Any, None], *, record_vector: np.ndarray | None = None
+    ) -> asyncio.Task[None]:
+        """Run ``work`` now, in the background; readers of ``who``'s session wait for it, and so
+        do lookups near ``record_vector`` when the work writes a record indexed by that (unit)
+        vector. A failure is logged here (``settling.failed``) and reaches no one: the client has
+        its answer, and a waiter only needs the work to be over."""
         task = asyncio.get_running_loop().create_task(work)
         session = (who.tenant, who.session)
         self._all.add(task)
-        self._tenants.setdefault(who.tenant, set()).add(task)
         self._sessions.setdefault(session, set()).add(task)
+        if record_vector is not None:
+            self._writes.setdefault(who.tenant, {})[task] = record_vector
         task.add_done_callback(lambda done: self._forget(done, who.tenant, session))
         return task
 
     def _forget(self, task: asyncio.Task[None], tenant: str, session: tuple[str, str]) -> None:
         self._all.discard(task)
-        _discard(self._tenants, tenant, task)
         _discard(self._sessions, session, task)
+        writes = self._writes.get(tenant)
+        if writes is not None and writes.pop(task, None) is not None and not writes:
+            del self._writes[tenant]
         if not task.cancelled() and (exc := task.exception()) is not None:
             structlog.get_logger("smartcache").error("settling.failed", exc_info=exc)
 
@@ -66,9 +77,13 @@ class Settling:
         """Until the session's bookkeeping in flight now is done."""
         await _wait(self._sessions.get((who.tenant, who.session)))
 
-    async def tenant(self, tenant: str) -> None:
-        """Until the tenant's bookkeeping in flight now is done."""
-        await _wait(self._tenants.get(tenant))
+    async def writes_near(self, vector: np.ndarray, floor: float, tenant: str | None) -> None:
+        """Until the record writes in flight now whose vector scores at least ``floor`` against
+        ``vector`` (cosine) are done: the tenant's, or every tenant's when ``tenant`` is None (a
+        lookup that reads the shared pool)."""
+        tables = self._writes.values() if tenant is None else [self._writes.get(tenant, {})]
+        near = {task for writes in tables for task, v in writes.items() if float(v @ vector) >= floor}
+        await _wait(near)
 
     async def everything(self) -> None:
         """Until all bookkeeping in flight now is done."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
@@ -35,27 +36,48 @@ async def test_a_session_waits_for_its_own_work_only() -> None:
     assert settling.in_flight == 0
 
 
-async def test_a_tenant_waits_for_all_its_sessions_and_no_other_tenant() -> None:
-    settling, gate, foreign, done = Settling(), asyncio.Event(), asyncio.Event(), []
-    settling.start(who("t-a", "s-1"), held(gate, done, "a1"))
-    settling.start(who("t-a", "s-2"), held(gate, done, "a2"))
-    settling.start(who("t-b", "s-1"), held(foreign, done, "b1"))
-    waiter = asyncio.create_task(settling.tenant("t-a"))
+def unit(*xs: float) -> np.ndarray:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+async def test_a_lookup_waits_for_the_near_writes_of_its_tenant_only() -> None:
+    settling, gate, done = Settling(), asyncio.Event(), []
+    here = unit(1, 0, 0)
+    settling.start(who("t-a", "s-1"), held(gate, done, "near"), record_vector=unit(1, 0.1, 0))
+    settling.start(who("t-a", "s-2"), held(asyncio.Event(), done, "far"), record_vector=unit(0, 1, 0))
+    settling.start(who("t-a", "s-3"), held(asyncio.Event(), done, "a hit's count"))  # writes no record
+    settling.start(who("t-b", "s-1"), held(asyncio.Event(), done, "other tenant"), record_vector=here)
+    waiter = asyncio.create_task(settling.writes_near(here, 0.9, "t-a"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
     gate.set()
     await asyncio.wait_for(waiter, 1)
-    assert sorted(done) == ["a1", "a2"]
-    everything = asyncio.create_task(settling.everything())
+    assert done == ["near"]  # the far write, the count and the other tenant's write are still held
+
+
+async def test_a_lookup_of_the_shared_pool_waits_for_every_tenants_near_writes() -> None:
+    settling, gates, done = Settling(), [asyncio.Event(), asyncio.Event()], []
+    here = unit(0, 0, 1)
+    settling.start(who("t-a", "s-1"), held(gates[0], done, "a"), record_vector=here)
+    settling.start(who("t-b", "s-1"), held(gates[1], done, "b"), record_vector=here)
+    waiter = asyncio.create_task(settling.writes_near(here, 0.9, None))
+    gates[0].set()
     await asyncio.sleep(0.01)
-    assert not everything.done()
-    foreign.set()
+    assert not waiter.done()  # t-b's write is near too
+    gates[1].set()
+    await asyncio.wait_for(waiter, 1)
+    assert sorted(done) == ["a", "b"]
+    everything = asyncio.create_task(settling.everything())
     await asyncio.wait_for(everything, 1)
+    assert settling.in_flight == 0
 
 
 async def test_nothing_in_flight_returns_without_suspending() -> None:
     settling, ran = Settling(), []
     asyncio.get_running_loop().call_soon(ran.append, "other")
     await settling.session(who())
-    await settling.tenant("t-a")
+    await settling.writes_near(unit(1, 0), 0.5, "t-a")
     await settling.everything()
     assert ran == []  # the loop never ran anything else meanwhile
 

@@ -336,7 +336,8 @@ class ChatService:
         finally:
             out.stages["upstream"] = time.perf_counter() - t
         out.upstream_cached_tokens = cached_tokens_of(relayed.usage)
-        out.settling = self.settling.start(who, self._keep(req, who, out, store, relayed, flight))
+        keep = self._keep(req, who, out, store, relayed, flight)
+        out.settling = self.settling.start(who, keep, record_vector=None if store is None else store[0].vector)
         if req.stream:  # its end goes out now that the keeping is registered (relay_stream)
             try:
                 await relayed.response.write_eof()

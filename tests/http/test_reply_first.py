@@ -110,6 +110,19 @@ async def test_another_session_asking_before_the_write_ends_is_served_from_it(
     assert (status, served) == ("hit", answer) and len(upstream.script.calls) == 1
 
 
+async def test_an_unrelated_question_of_the_tenant_does_not_wait_for_the_write(
+    held_proxy: tuple[Proxy, HeldStore], upstream: Upstream
+) -> None:
+    proxy, held = held_proxy
+    await chat(proxy.client(settled=False, **{"x-smartcache-session": "a"}), ask(QUESTION))
+    await asyncio.wait_for(held.entered.wait(), 5)
+    # another session of the tenant, another subject: no record being written could answer it
+    other = proxy.client(settled=False, **{"x-smartcache-session": "b"})
+    status, answer, _ = await asyncio.wait_for(chat(other, ask("Recommend a hiking trail near Zurich.")), 10)
+    assert status == "miss" and answer and proxy.app[keys.CHAT].settling.in_flight >= 1
+    assert not held.gate.is_set()  # the first write is still held: it was not waited for
+
+
 async def test_the_admin_api_reads_after_the_write(held_proxy: tuple[Proxy, HeldStore]) -> None:
     proxy, held = held_proxy
     await chat(proxy.client(settled=False, **{"x-smartcache-session": "admin"}), ask(QUESTION))
