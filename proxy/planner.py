@@ -90,6 +90,10 @@ class Planner:
         t = time.perf_counter()
         conv = self.signer.read(req)  # the one normalisation of the request's text
         reading = time.perf_counter() - t
+        t = time.perf_counter()
+        # the feedback reads the session's last answer, which its previous turn may still be writing
+        if await self.settling.session(who):
+            stages["settle"] = time.perf_counter() - t
         feedback = await self.feedback.read(conv, who)
         if feedback is Reason.SESSION_RESET:
             return Plan(Status.BYPASS, feedback)
@@ -111,7 +115,9 @@ class Planner:
         # those near enough to change the decision (the session's own were waited for above); in
         # the shared pool any tenant's answer may be written to it
         tenant = None if "global" in policy.pools else who.tenant
-        await self.settling.writes_near(sig.vector, decisive_floor(policy), tenant)
+        if await self.settling.writes_near(sig.vector, decisive_floor(policy), tenant):
+            stages["settle"] = stages.get("settle", 0.0) + time.perf_counter() - t
+            t = time.perf_counter()
         # a turn that left its topic is signed without the history it left, so only the record of
         # this very conversation, asked before in another session, may answer it
         found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched)

@@ -73,17 +73,17 @@ class Settling:
         if not task.cancelled() and (exc := task.exception()) is not None:
             structlog.get_logger("smartcache").error("settling.failed", exc_info=exc)
 
-    async def session(self, who: Identity) -> None:
-        """Until the session's bookkeeping in flight now is done."""
-        await _wait(self._sessions.get((who.tenant, who.session)))
+    async def session(self, who: Identity) -> bool:
+        """Until the session's bookkeeping in flight now is done; whether there was any."""
+        return await _wait(self._sessions.get((who.tenant, who.session)))
 
-    async def writes_near(self, vector: np.ndarray, floor: float, tenant: str | None) -> None:
+    async def writes_near(self, vector: np.ndarray, floor: float, tenant: str | None) -> bool:
         """Until the record writes in flight now whose vector scores at least ``floor`` against
         ``vector`` (cosine) are done: the tenant's, or every tenant's when ``tenant`` is None (a
-        lookup that reads the shared pool)."""
+        lookup that reads the shared pool). Whether there were any."""
         tables = self._writes.values() if tenant is None else [self._writes.get(tenant, {})]
         near = {task for writes in tables for task, v in writes.items() if float(v @ vector) >= floor}
-        await _wait(near)
+        return await _wait(near)
 
     async def everything(self) -> None:
         """Until all bookkeeping in flight now is done."""
@@ -103,8 +103,10 @@ def _discard(table: dict[Any, set[asyncio.Task[None]]], key: Any, task: asyncio.
             del table[key]
 
 
-async def _wait(tasks: set[asyncio.Task[None]] | None) -> None:
+async def _wait(tasks: set[asyncio.Task[None]] | None) -> bool:
     # the common case, nothing in flight, returns without suspending the caller
-    if tasks:
-        # a copy: tasks leave the set as they finish; asyncio.wait raises none of their errors
-        await asyncio.wait(set(tasks))
+    if not tasks:
+        return False
+    # a copy: tasks leave the set as they finish; asyncio.wait raises none of their errors
+    await asyncio.wait(set(tasks))
+    return True

@@ -26,7 +26,8 @@ from proxy.model import SCOPES, RecordState
 Status = Literal["hit", "half_hit", "miss", "bypass"]
 Outcome = Literal["accepted", "corrected"]
 WriteOutcome = Literal["pending", "ready", "rejected"]
-Stage = Literal["parse", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
+# settle: waiting for other requests' bookkeeping still under way (proxy.settling), only when there was some
+Stage = Literal["parse", "settle", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)

@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from proxy.http import keys
 from proxy.model import Record
@@ -102,12 +104,18 @@ async def test_another_session_asking_before_the_write_ends_is_served_from_it(
     _, answer, _ = await chat(proxy.client(settled=False, **{"x-smartcache-session": "a"}), ask(QUESTION))
     # the shipped policy keeps general answers in their session, but a repeat of the very
     # conversation reaches the tenant's other sessions
-    other = asyncio.create_task(chat(proxy.client(settled=False, **{"x-smartcache-session": "b"}), ask(QUESTION)))
-    await asyncio.sleep(0.2)
-    assert not other.done()
-    held.release()
-    status, served, _ = await asyncio.wait_for(other, 10)
+    structlog.reset_defaults()
+    with capture_logs() as logs:
+        other = asyncio.create_task(chat(proxy.client(settled=False, **{"x-smartcache-session": "b"}), ask(QUESTION)))
+        await asyncio.sleep(0.2)
+        assert not other.done()
+        held.release()
+        status, served, _ = await asyncio.wait_for(other, 10)
+        await proxy.settled()
     assert (status, served) == ("hit", answer) and len(upstream.script.calls) == 1
+    # the first request's line is written once its held write-back is done, so it is here too
+    (line,) = [entry for entry in logs if entry["event"] == "chat.request" and entry["status"] == "hit"]
+    assert line["stages_ms"]["settle"] >= 150  # the wait is the log line's, apart from the lookup's
 
 
 async def test_an_unrelated_question_of_the_tenant_does_not_wait_for_the_write(
