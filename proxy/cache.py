@@ -121,7 +121,7 @@ class SemanticCache:
         self.top_k = top_k
         self.clock = clock
         self.pools = Pools()
-        self._index_lock = asyncio.Lock()
+        self._index_lock = asyncio.Lock()  # adopts one at a time (a write adds its own new label unlocked)
         self._rebuild: _Rebuild | None = None
 
     async def load(self, *, snapshot: HnswIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None) -> int:
@@ -421,9 +421,11 @@ class SemanticCache:
         record = _with_label(record, label)
         vector = np.asarray(sig.vector, dtype=np.float32)
         key = IndexKey.of(record)
-        async with self._index_lock:
-            await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1), [key])
-            self._remember(label, key, vector)
+        # not under _index_lock: a new label is this write's alone, and the index and the pools
+        # each take a label they already hold as a no-op, so an adopt racing it adds nothing twice;
+        # a lock held across this hop queued every write-back behind the others under load
+        await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1), [key])
+        self._remember(label, key, vector)
         await self.store.set_session_last(
             who.tenant, who.session, SessionLast(record.cache_id, False, sig.request_hash)
         )
