@@ -230,12 +230,19 @@ class SemanticCache:
             if not new:
                 return 0
             matrix = np.frombuffer(b"".join(r.vector or b"" for r in new), dtype=np.float32).reshape(len(new), -1)
-            await asyncio.to_thread(self.index.add, [r.label for r in new], matrix, [r.key for r in new])
-            for row, vector in zip(new, matrix, strict=True):
-                self.pools.add(row.label, row.key)
-                if self._rebuild is not None:
-                    self._rebuild.added.append((row.label, vector, row.key))
+            await self._add([r.label for r in new], matrix, [r.key for r in new])
         return len(new)
+
+    async def _add(self, labels: list[int], vectors: np.ndarray, keys: list[IndexKey]) -> None:
+        """Into the index, off the loop, then into the pools (and a rebuild's log). A rebuild that
+        swapped in its new graph while the add was off the loop had replayed its log already,
+        without these: they go into the new graph too, or they would be unsearchable until the next."""
+        index = self.index
+        await asyncio.to_thread(index.add, labels, vectors, keys)
+        if self.index is not index:
+            self.index.add(labels, vectors, keys)
+        for label, vector, key in zip(labels, vectors, keys, strict=True):
+            self._remember(label, key, vector)
 
     def forget(self, labels: list[int]) -> None:
         """Take records out of the index and its filter maps. Call after the store no longer has them
@@ -424,8 +431,7 @@ class SemanticCache:
         # not under _index_lock: a new label is this write's alone, and the index and the pools
         # each take a label they already hold as a no-op, so an adopt racing it adds nothing twice;
         # a lock held across this hop queued every write-back behind the others under load
-        await asyncio.to_thread(self.index.add, [label], vector.reshape(1, -1), [key])
-        self._remember(label, key, vector)
+        await self._add([label], vector.reshape(1, -1), [key])
         await self.store.set_session_last(
             who.tenant, who.session, SessionLast(record.cache_id, False, sig.request_hash)
         )

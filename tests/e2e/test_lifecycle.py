@@ -215,6 +215,54 @@ async def test_a_rebuild_loses_no_write_and_revives_no_delete(
     assert status == "miss"
 
 
+async def test_a_write_whose_index_add_straddles_a_rebuilds_swap_is_in_the_new_graph(
+    make_proxy: ProxyFactory, client: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild reads the store before the answer is written, and swaps in its new graph while
+    the write's add to the old one is still off the loop: the new graph must get the record too."""
+    proxy = await make_proxy(admin_token=TOKEN)
+    await fill(proxy, client(proxy, session="straddle"), QUESTIONS[:3])
+    cache = proxy.app[keys.CACHE]
+    built, build_gate = threading.Event(), threading.Event()
+    adding, add_gate = threading.Event(), threading.Event()
+    old, fresh = cache.index, cache.index.fresh
+
+    def held_fresh() -> HnswIndex:
+        index = fresh()
+        add = index.add
+
+        def held_build(*args: Any) -> None:
+            built.set()  # the store is read: the answer below is written after it
+            build_gate.wait(10)
+            add(*args)
+
+        monkeypatch.setattr(index, "add", held_build)
+        return index
+
+    old_add = old.add
+
+    def held_old_add(*args: Any) -> None:
+        adding.set()
+        add_gate.wait(10)
+        old_add(*args)
+
+    monkeypatch.setattr(old, "fresh", held_fresh)
+    rebuild = asyncio.create_task(cache.load())
+    assert await asyncio.to_thread(built.wait, 10)
+    monkeypatch.setattr(old, "add", held_old_add)
+    status, written = await ask(proxy.client(settled=False, **{"x-smartcache-session": "straddle"}), QUESTIONS[3])
+    assert status == "miss"
+    assert await asyncio.to_thread(adding.wait, 10)  # the write's add is off the loop, on the old graph
+    build_gate.set()
+    assert await rebuild == 3  # swapped in, its log replayed, before the write's add returned
+    assert cache.index is not old
+    add_gate.set()
+    await proxy.settled()
+    label = (await record_with(proxy, written)).label
+    assert label in cache.keys and label in cache.index.labels()
+    assert await ask(client(proxy, session="straddle"), QUESTIONS[3].lower()) == ("hit", written)
+
+
 async def test_an_expired_record_is_never_served_even_before_the_sweeper(
     make_proxy: ProxyFactory, client: Clients
 ) -> None:
