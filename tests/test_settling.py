@@ -42,18 +42,21 @@ def unit(*xs: float) -> np.ndarray:
 
 
 async def test_a_lookup_waits_for_the_near_writes_of_its_tenant_only() -> None:
-    settling, gate, done = Settling(), asyncio.Event(), []
+    settling, gate, rest, done = Settling(), asyncio.Event(), asyncio.Event(), []
     here = unit(1, 0, 0)
     settling.start(who("t-a", "s-1"), held(gate, done, "near"), record_vector=unit(1, 0.1, 0))
-    settling.start(who("t-a", "s-2"), held(asyncio.Event(), done, "far"), record_vector=unit(0, 1, 0))
-    settling.start(who("t-a", "s-3"), held(asyncio.Event(), done, "a hit's count"))  # writes no record
-    settling.start(who("t-b", "s-1"), held(asyncio.Event(), done, "other tenant"), record_vector=here)
+    settling.start(who("t-a", "s-2"), held(rest, done, "far"), record_vector=unit(0, 1, 0))
+    settling.start(who("t-a", "s-3"), held(rest, done, "a hit's count"))  # writes no record
+    settling.start(who("t-b", "s-1"), held(rest, done, "other tenant"), record_vector=here)
     waiter = asyncio.create_task(settling.writes_near(here, 0.9, "t-a"))
     await asyncio.sleep(0.01)
     assert not waiter.done()
     gate.set()
     await asyncio.wait_for(waiter, 1)
     assert done == ["near"]  # the far write, the count and the other tenant's write are still held
+    rest.set()
+    await settling.close()
+    assert settling.in_flight == 0
 
 
 async def test_a_lookup_of_the_shared_pool_waits_for_every_tenants_near_writes() -> None:
