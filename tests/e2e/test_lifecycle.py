@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,37 @@ async def test_deletes_leave_the_index_and_compaction_follows_the_deleted_fracti
     assert status == "miss"
 
 
+@dataclass
+class Gate:
+    """Holds a call in its thread until opened; ``entered`` says a call is waiting."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    opened: threading.Event = field(default_factory=threading.Event)
+
+    def hold(self, monkeypatch: pytest.MonkeyPatch, index: HnswIndex) -> None:
+        """``index.add`` waits for the gate."""
+        add = index.add
+
+        def held_add(*args: Any) -> None:
+            self.entered.set()
+            self.opened.wait(10)
+            add(*args)
+
+        monkeypatch.setattr(index, "add", held_add)
+
+    def hold_rebuilds(self, monkeypatch: pytest.MonkeyPatch, index: HnswIndex) -> None:
+        """A rebuild's new graph (``index.fresh``) takes its first batch of rows only once opened:
+        the rebuild is then under way off the loop, its store read done."""
+        fresh = index.fresh
+
+        def held_fresh() -> HnswIndex:
+            new = fresh()
+            self.hold(monkeypatch, new)
+            return new
+
+        monkeypatch.setattr(index, "fresh", held_fresh)
+
+
 async def test_a_rebuild_loses_no_write_and_revives_no_delete(
     make_proxy: ProxyFactory, client: Clients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,29 +216,14 @@ async def test_a_rebuild_loses_no_write_and_revives_no_delete(
     answers = await fill(proxy, chat, QUESTIONS[:3])
     cache = proxy.app[keys.CACHE]
     doomed = await record_with(proxy, answers[0])
-    entered, gate = threading.Event(), threading.Event()
-    fresh = cache.index.fresh
-
-    def held_fresh() -> HnswIndex:
-        # the new index's first batch of rows waits: the rebuild is under way off the loop
-        index = fresh()
-        add = index.add
-
-        def held_add(*args: Any) -> None:
-            entered.set()
-            gate.wait(10)
-            add(*args)
-
-        monkeypatch.setattr(index, "add", held_add)
-        return index
-
-    monkeypatch.setattr(cache.index, "fresh", held_fresh)
+    gate = Gate()
+    gate.hold_rebuilds(monkeypatch, cache.index)
     task = asyncio.create_task(cache.load())
-    assert await asyncio.to_thread(entered.wait, 10)
+    assert await asyncio.to_thread(gate.entered.wait, 10)
     status, fresh = await ask(chat, QUESTIONS[3])  # written while the new graph is being built
     assert status == "miss"
     assert (await admin(proxy, "DELETE", f"/admin/records/{doomed.cache_id}"))[0] == 200
-    gate.set()
+    gate.opened.set()
     assert await task == 3
     assert len(cache.index) == 3 and doomed.label not in cache.keys
     assert (await record_with(proxy, fresh)).label in cache.keys
@@ -223,40 +240,19 @@ async def test_a_write_whose_index_add_straddles_a_rebuilds_swap_is_in_the_new_g
     proxy = await make_proxy(admin_token=TOKEN)
     await fill(proxy, client(proxy, session="straddle"), QUESTIONS[:3])
     cache = proxy.app[keys.CACHE]
-    built, build_gate = threading.Event(), threading.Event()
-    adding, add_gate = threading.Event(), threading.Event()
-    old, fresh = cache.index, cache.index.fresh
-
-    def held_fresh() -> HnswIndex:
-        index = fresh()
-        add = index.add
-
-        def held_build(*args: Any) -> None:
-            built.set()  # the store is read: the answer below is written after it
-            build_gate.wait(10)
-            add(*args)
-
-        monkeypatch.setattr(index, "add", held_build)
-        return index
-
-    old_add = old.add
-
-    def held_old_add(*args: Any) -> None:
-        adding.set()
-        add_gate.wait(10)
-        old_add(*args)
-
-    monkeypatch.setattr(old, "fresh", held_fresh)
+    build, add = Gate(), Gate()
+    old = cache.index
+    build.hold_rebuilds(monkeypatch, old)
     rebuild = asyncio.create_task(cache.load())
-    assert await asyncio.to_thread(built.wait, 10)
-    monkeypatch.setattr(old, "add", held_old_add)
+    assert await asyncio.to_thread(build.entered.wait, 10)  # the store is read: the answer below comes after
+    add.hold(monkeypatch, old)
     status, written = await ask(proxy.client(settled=False, **{"x-smartcache-session": "straddle"}), QUESTIONS[3])
     assert status == "miss"
-    assert await asyncio.to_thread(adding.wait, 10)  # the write's add is off the loop, on the old graph
-    build_gate.set()
+    assert await asyncio.to_thread(add.entered.wait, 10)  # the write's add is off the loop, on the old graph
+    build.opened.set()
     assert await rebuild == 3  # swapped in, its log replayed, before the write's add returned
     assert cache.index is not old
-    add_gate.set()
+    add.opened.set()
     await proxy.settled()
     label = (await record_with(proxy, written)).label
     assert label in cache.keys and label in cache.index.labels()
