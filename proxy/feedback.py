@@ -23,7 +23,6 @@ from proxy.identity import Identity
 from proxy.model import Reason
 from proxy.observability.metrics import Metrics
 from proxy.policy import IntentPolicy
-from proxy.settling import Settling
 from proxy.signing.conversation import Conversation
 from proxy.text.phrases import is_correction, is_reset_phrase
 
@@ -93,17 +92,16 @@ class FeedbackReader:
         judge: HitJudge,
         metrics: Metrics,
         regenerate_window: float,
-        settling: Settling,
         clock: Callable[[], float],
     ) -> None:
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
-        self.regenerate_window, self.settling = regenerate_window, settling
+        self.regenerate_window = regenerate_window
 
     async def read(self, conv: Conversation, who: Identity) -> Reason | None:
         """The signal this request carries about the last answer (a reset, a regenerate or a
-        correction, named by the reason the request gets), applied; None when it carries none."""
-        # the session's last answer may still be being written: it is what a signal here is about
-        await self.settling.session(who)
+        correction, named by the reason the request gets), applied; None when it carries none.
+        The session's bookkeeping still under way must be done first (the planner waits for it:
+        proxy.settling), or its last answer may not be written yet."""
         if is_reset_phrase(conv.current):
             await self.cache.invalidate_session(who.tenant, who.session, shared_too=False)
             self.judge.corrected(who)

@@ -70,12 +70,7 @@ class ChatService:
         self.regenerate_window = regenerate_window
         self.settling = settling  # the bookkeeping after a reply: a write-back, a hit's count
         self.feedback = FeedbackReader(
-            cache=cache,
-            judge=judge,
-            metrics=metrics,
-            regenerate_window=regenerate_window,
-            settling=self.settling,
-            clock=clock,
+            cache=cache, judge=judge, metrics=metrics, regenerate_window=regenerate_window, clock=clock
         )
         self.planner = Planner(
             cache=cache, signer=signer, policy_box=policy_box, feedback=self.feedback, settling=self.settling

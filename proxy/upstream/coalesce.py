@@ -24,9 +24,8 @@ the session's regenerate detection sees it (``ChatService._feedback``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,15 +129,6 @@ class Coalescer:
         if self._flights.get(flight.key) is flight:
             del self._flights[flight.key]
         flight.done.set()
-
-    @contextlib.contextmanager
-    def lead(self, key: str) -> Iterator[Flight]:
-        """:meth:`begin` and :meth:`end` around a block, whatever happens in it."""
-        flight = self.begin(key)
-        try:
-            yield flight
-        finally:
-            self.end(flight)
 
 
 def plain_answer(body: Any) -> tuple[str | None, str | None]:
