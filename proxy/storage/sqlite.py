@@ -38,6 +38,11 @@ __all__ = ["SqliteStore", "StoreMismatch"]
 # writes, as a shared store that is down is, while reads go on.
 _NO_ROOM = ("database or disk is full", "disk i/o error")
 
+
+def _no_room(exc: sqlite3.OperationalError) -> bool:
+    return any(words in str(exc).lower() for words in _NO_ROOM)
+
+
 T = TypeVar("T")
 
 # what the vector index and its filter need of a record (see IndexRow): its label, its vector and
@@ -229,7 +234,7 @@ class SqliteStore:
                 yield
                 await self._db.commit()
         except sqlite3.OperationalError as exc:
-            if not any(words in str(exc).lower() for words in _NO_ROOM):
+            if not _no_room(exc):
                 raise
             with contextlib.suppress(sqlite3.Error):
                 await self._db.rollback()
@@ -257,7 +262,7 @@ class SqliteStore:
             async with self._write_lock:
                 return await self._on_thread(run)
         except sqlite3.OperationalError as exc:
-            if not any(words in str(exc).lower() for words in _NO_ROOM):
+            if not _no_room(exc):
                 raise
             raise StoreUnavailable(f"{self.path.name}: {exc}") from exc
 
