@@ -176,9 +176,7 @@ class ChatService:
         # started before the reply is written: the engine prefills while the client reads
         out.prewarmed = self._prewarm(http, req, who, record.answer_text, policy)
         finish = "length" if record.cut_at is not None else "stop"
-        response = await self._reply(
-            http, req, headers, record.answer_text, cache_id=record.cache_id, finish_reason=finish
-        )
+        response = self._reply(req, headers, record.answer_text, cache_id=record.cache_id, finish_reason=finish)
         out.stages["serve"] = time.perf_counter() - t
         return response
 
@@ -188,17 +186,18 @@ class ChatService:
         body, headers = self._hinted(prewarm_body(req.forward_body, answer), req, who, http)
         return self.prewarmer.submit(body, headers)
 
-    async def _reply(
+    def _reply(
         self,
-        http: web.Request,
         req: ChatRequest,
         headers: dict[str, str],
         content: str,
         *,
         cache_id: str | None,
         finish_reason: str = "stop",
-    ) -> web.StreamResponse:
-        """An answer we already hold, as JSON or as SSE chunks, in the client's own format."""
+    ) -> web.Response:
+        """An answer we already hold, as JSON or as SSE events, in the client's own format. The
+        events go in one body of known length: written one at a time, each cost a socket send and
+        a chunk header."""
         cid = new_completion_id()
         if cache_id:
             self.responses.put(cid, cache_id)
@@ -206,15 +205,11 @@ class ChatService:
             body = completion_json(completion_id=cid, model=req.model, content=content)
             body["choices"][0]["finish_reason"] = finish_reason
             return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
-        response = web.StreamResponse(
-            headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(http)
         events = completion_chunks(completion_id=cid, model=req.model, content=content, include_usage=req.include_usage)
-        for event in coalesce.with_finish_reason(events, finish_reason):
-            await response.write(event)
-        await response.write_eof()
-        return response
+        return web.Response(
+            body=b"".join(coalesce.with_finish_reason(events, finish_reason)),
+            headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+        )
 
     def _headers(self, http: web.Request, out: Outcome) -> dict[str, str]:
         return cache_headers(out, debug=self.debug_headers and http.headers.get("x-smartcache-debug") == "1")
@@ -289,9 +284,7 @@ class ChatService:
         headers = {**self._headers(http, out), "x-cache-similarity": "1.0000", "age": "0"}
         if shared.cache_id:
             headers["x-cache-id"] = shared.cache_id
-        return await self._reply(
-            http, req, headers, shared.text, cache_id=shared.cache_id, finish_reason=shared.finish_reason
-        )
+        return self._reply(req, headers, shared.text, cache_id=shared.cache_id, finish_reason=shared.finish_reason)
 
     async def _call_upstream(
         self,

@@ -4,6 +4,7 @@ scripted upstream on loopback."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -68,6 +69,20 @@ async def test_hit_is_streamed_as_sse_with_usage_chunk(proxy: Proxy, upstream: U
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 0
     assert len({c.id for c in chunks}) == 1
     assert len(upstream.script.calls) == 1
+    # the held answer goes out as one body of known length, not written an event at a time
+    body = {"model": "m", "messages": ask("Give me three tips for sleeping better."), "stream": True}
+    headers = {"Authorization": "Bearer key-A", "x-smartcache-session": "s2-again"}  # a repeat, not a regenerate
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{proxy.base_url}/chat/completions", json=body, headers=headers) as resp,
+    ):
+        raw = await resp.read()
+        assert resp.headers["x-cache-status"] == "hit"
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert "transfer-encoding" not in resp.headers and int(resp.headers["content-length"]) == len(raw)
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]" and all(e.startswith(b"data: ") for e in events)
+    assert "".join(json.loads(e[6:])["choices"][0]["delta"].get("content", "") for e in events[:-1]) == first
 
 
 async def test_miss_streams_through_and_is_stored(proxy: Proxy, upstream: Upstream) -> None:
