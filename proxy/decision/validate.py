@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from proxy.text.entities import Entities, extract_entities, merge_entities
+from proxy.text.entities import Entities, extract_entities, merge_entities, places_and_products
 from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
 from proxy.text.normalize import NormalText, Segmenter, default_segmenter, normalize_text
 from proxy.text.numbers import extract_numbers
@@ -122,7 +122,7 @@ def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -
                 dates.append(int(n.value))
             elif n.slot not in ("time", "weekday"):
                 units.append((n.value, n.unit))
-    entities = extract_entities(NormalText("\n".join(norm_lines)), segmenter=seg)
+    places, products = places_and_products(NormalText("\n".join(norm_lines)), segmenter=seg)
     blocks = [b for b in re.split(r"\n\s*\n", answer_text.strip()) if b.strip()]
     return KeyFacts(
         money=tuple(dict.fromkeys(money)),
@@ -132,8 +132,8 @@ def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -
         day_sections=_day_sections(norm_lines),
         sentences=len(_SENTENCE_END.findall(answer_text.strip() + "\n")),
         paragraphs=len(blocks),
-        places=entities.places,
-        products=entities.products,
+        places=places,
+        products=products,
     )
 
 

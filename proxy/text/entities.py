@@ -138,6 +138,15 @@ def _areas(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def places_and_products(
+    norm: NormalText, *, segmenter: Segmenter | None = None
+) -> tuple[frozenset[str], frozenset[str]]:
+    """``extract_entities``' places and products alone: an answer's key facts read its numbers a
+    line at a time already, and its people and areas not at all."""
+    places, _ = _names(norm, segmenter or default_segmenter())
+    return places, _products(norm)
+
+
 def extract_entities(norm: NormalText, *, segmenter: Segmenter | None = None) -> Entities:
     """Places, products, people and numeric constraints of one normalised text (Chinese or English)."""
     places, people = _names(norm, segmenter or default_segmenter())

@@ -139,3 +139,16 @@ def test_sentence_count_check() -> None:
     assert facts.sentences == 3
     assert not validate_answer(facts, extract_constraints("Describe it in 5 sentences")).ok
     assert validate_answer(facts, extract_constraints("Describe it in three sentences")).ok
+
+
+@pytest.mark.parametrize("answer", [LAPTOPS_7500_9000, LAPTOPS_UNDER_8000, HANGZHOU_3_DAYS])
+def test_key_facts_name_the_places_and_products_the_entities_of_the_whole_answer_do(answer: str) -> None:
+    """An answer's key facts read its places and products alone (its numbers a line at a time):
+    the same as every entity of the whole answer read at once would give."""
+    from proxy.text.entities import extract_entities
+    from proxy.text.normalize import NormalText, normalize_text
+
+    whole = extract_entities(NormalText("\n".join(normalize_text(x) for x in answer.splitlines() if x.strip())))
+    facts = extract_key_facts(answer)
+    assert (facts.places, facts.products) == (whole.places, whole.products)
+    assert facts.places or facts.products
