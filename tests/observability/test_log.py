@@ -101,3 +101,41 @@ def test_debug_level_does_not_open_the_library_loggers(
 )
 def test_redaction(field: str, value: Any, expected: Any) -> None:
     assert redact_secrets(None, "info", {field: value})[field] == expected
+
+
+def test_scrubbing_without_a_credentials_mark_changes_nothing_the_patterns_would() -> None:
+    """``scrub`` skips the substitutions for text without "=", "bearer" or "basic": on text built
+    from credential forms, their case and Unicode variants, it agrees with the substitutions."""
+    import itertools
+    import random
+
+    from proxy.observability.log import _CREDENTIAL, _QUERY_SECRET, REDACTED, scrub
+
+    parts = [
+        "Bearer",
+        "BEARER",
+        "bEaReR",
+        "Basic",
+        "BASIC",
+        "Baſic",
+        "basic",
+        "?api_key",
+        "&token",
+        ";sig",
+        "?key",
+        "=",
+        " ",
+        "\t",
+        SECRET,
+        "x",
+        "sk-1",
+        "Authorization:",
+        "https://h/v1",
+        "KEY",
+        "keys",
+    ]
+    rng = random.Random(3)
+    for n in itertools.chain(range(1, 4), [6] * 3000):
+        text = "".join(rng.choice(parts) for _ in range(n))
+        want = _CREDENTIAL.sub(rf"\1\2{REDACTED}", _QUERY_SECRET.sub(rf"\1{REDACTED}", text))
+        assert scrub(text) == want, text
