@@ -53,6 +53,9 @@ class Lookup:
 # a lookup scanning up to this many rows runs on the event loop, not in the executor: ~0.05 ms of
 # numpy against ~0.2 ms for the hop (tests/storage/test_vector_index.py keeps both paths alike)
 INLINE_ROWS = 1024
+# an add of this many records into exact partitions runs on the event loop too (``HnswIndex.add_now``):
+# a write-back's one row costs tens of microseconds, a thread hop more, and under load its wake-ups
+INLINE_ADDS = 16
 # An exact repeat embeds to the very vector its record holds; the index keeps rows in bfloat16,
 # which moves a cosine of 1 by under 1e-3. The request hash, not this score, decides.
 REPEAT_SCORE = 0.99
@@ -234,13 +237,15 @@ class SemanticCache:
         return len(new)
 
     async def _add(self, labels: list[int], vectors: np.ndarray, keys: list[IndexKey]) -> None:
-        """Into the index, off the loop, then into the pools (and a rebuild's log). A rebuild that
-        swapped in its new graph while the add was off the loop had replayed its log already,
-        without these: they go into the new graph too, or they would be unsearchable until the next."""
+        """Into the index, then into the pools (and a rebuild's log). A few rows into exact
+        partitions go in on the loop; the rest off it, and a rebuild that swapped in its new graph
+        while such an add was off the loop had replayed its log already, without these: they go
+        into the new graph too, or they would be unsearchable until the next."""
         index = self.index
-        await asyncio.to_thread(index.add, labels, vectors, keys)
-        if self.index is not index:
-            self.index.add(labels, vectors, keys)
+        if len(labels) > INLINE_ADDS or not index.add_now(labels, vectors, keys):
+            await asyncio.to_thread(index.add, labels, vectors, keys)
+            if self.index is not index:
+                self.index.add(labels, vectors, keys)
         for label, vector, key in zip(labels, vectors, keys, strict=True):
             self._remember(label, key, vector)
 

@@ -32,6 +32,7 @@ import json
 import os
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -119,37 +120,69 @@ class HnswIndex:
             return
         vectors = unit(np.asarray(vectors, dtype=np.float32).reshape(len(labels), self.dim))
         with self._lock:
-            home = self._home
-            if not home.keys().isdisjoint(labels):
-                at = [i for i, label in enumerate(labels) if label not in home]
-                labels, keys, vectors = [labels[i] for i in at], [keys[i] for i in at], vectors[at]
-            if not len(labels):
-                return
-            chosen = np.asarray(labels, dtype=np.int64)
-            names = list(map(partition_of, keys))
-            home.update(zip(labels, names, strict=True))  # the caller's ints, shared with the mirror's keys
-            cols = self.codes.columns(keys)
-            part = np.where(cols[SCOPE] == SCOPE_WIDTH["global"], -1, cols[TENANT])
-            order = np.argsort(part, kind="stable")  # one gather, then each partition is a slice
-            chosen, vectors, cols, part = chosen[order], vectors[order], cols[:, order], part[order]
-            rows, inv_norm = rounded(vectors)
-            due = []
-            bounds = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
-            for lo, hi in itertools.pairwise(bounds):
-                name = names[int(order[lo])]
-                pool = self._pools.get(name) or self._pools.setdefault(name, Partition.empty(self.dim))
-                part_at = slice(lo, hi)
-                pool.add_rows(
-                    chosen[part_at], vectors[part_at], rows[part_at], inv_norm[part_at], cols[:, part_at], self.settings
-                )
-                if (todo := pool.due(self.settings.exact_limit)) is not None:
-                    due.append((pool, *todo))
+            due = self._add_rows(labels, vectors, keys)
         for pool, built, wide in due:
             # seconds for a few thousand rows on a busy machine: lookups go on meanwhile, against
             # the exact rows, and only this add waits
             graph = self.settings.build(wide, built)
             with self._lock:
                 pool.take_graph(graph, built, self.settings)
+
+    def add_now(self, labels: Sequence[int], vectors: Vector, keys: Sequence[IndexKey]) -> bool:
+        """``add`` on the caller's thread; or False, having done nothing, when the index is busy or a
+        partition it adds to walks a graph or would outgrow exact search. A few rows appended to a
+        matrix cost less than the hop to an executor thread, and a busy lock must not hold up an
+        event loop (``search_both_now``)."""
+        if not len(labels):
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            growth = Counter(map(partition_of, keys))
+            for name, more in growth.items():
+                pool = self._pools.get(name)
+                if pool is None:
+                    if more > self.settings.exact_limit:
+                        return False
+                elif pool.graph is not None or pool.promoting or pool.n + more > self.settings.exact_limit:
+                    return False
+            vectors = unit(np.asarray(vectors, dtype=np.float32).reshape(len(labels), self.dim))
+            due = self._add_rows(labels, vectors, keys)
+            assert not due, "a partition within the exact limit is not due a graph"
+            return True
+        finally:
+            self._lock.release()
+
+    def _add_rows(
+        self, labels: Sequence[int], vectors: Vector, keys: Sequence[IndexKey]
+    ) -> list[tuple[Partition, np.ndarray, Vector]]:
+        """Under the lock: unit ``vectors`` into their partitions; the partitions now due a graph."""
+        home = self._home
+        if not home.keys().isdisjoint(labels):
+            at = [i for i, label in enumerate(labels) if label not in home]
+            labels, keys, vectors = [labels[i] for i in at], [keys[i] for i in at], vectors[at]
+        if not len(labels):
+            return []
+        chosen = np.asarray(labels, dtype=np.int64)
+        names = list(map(partition_of, keys))
+        home.update(zip(labels, names, strict=True))  # the caller's ints, shared with the mirror's keys
+        cols = self.codes.columns(keys)
+        part = np.where(cols[SCOPE] == SCOPE_WIDTH["global"], -1, cols[TENANT])
+        order = np.argsort(part, kind="stable")  # one gather, then each partition is a slice
+        chosen, vectors, cols, part = chosen[order], vectors[order], cols[:, order], part[order]
+        rows, inv_norm = rounded(vectors)
+        due = []
+        bounds = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
+        for lo, hi in itertools.pairwise(bounds):
+            name = names[int(order[lo])]
+            pool = self._pools.get(name) or self._pools.setdefault(name, Partition.empty(self.dim))
+            part_at = slice(lo, hi)
+            pool.add_rows(
+                chosen[part_at], vectors[part_at], rows[part_at], inv_norm[part_at], cols[:, part_at], self.settings
+            )
+            if (todo := pool.due(self.settings.exact_limit)) is not None:
+                due.append((pool, *todo))
+        return due
 
     def delete(self, labels: Iterable[int]) -> None:
         with self._lock:

@@ -184,8 +184,10 @@ class Gate:
     opened: threading.Event = field(default_factory=threading.Event)
 
     def hold(self, monkeypatch: pytest.MonkeyPatch, index: HnswIndex) -> None:
-        """``index.add`` waits for the gate."""
+        """``index.add`` waits for the gate, and every add goes through it, off the loop, as it does
+        when the index is busy (``add_now`` declines)."""
         add = index.add
+        monkeypatch.setattr(index, "add_now", lambda *_: False)
 
         def held_add(*args: Any) -> None:
             self.entered.set()

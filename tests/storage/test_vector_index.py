@@ -311,3 +311,33 @@ def test_a_small_lookup_runs_on_the_callers_thread_and_a_busy_or_large_one_does_
         assert index.search_both_now(q, session, 5, want("A"), max_rows=64) is None
     finally:
         index._lock.release()
+
+
+def test_a_small_add_goes_in_on_the_callers_thread_unless_busy_or_bound_for_a_graph() -> None:
+    rng = np.random.default_rng(6)
+    inline, threaded = HnswIndex(16, exact_limit=50), HnswIndex(16, exact_limit=50)
+    keys = [key("A", session=f"s{i % 3}") for i in range(45)] + [key("B", scope="global")] * 5
+    vectors = unit(rng, 50, 16)
+    for label, v, k in zip(range(1, 51), vectors, keys, strict=True):
+        assert inline.add_now([label], v.reshape(1, -1), [k])
+        threaded.add([label], v.reshape(1, -1), [k])
+    assert inline.partitions() == threaded.partitions() == {"A": (45, False), GLOBAL_POOL: (5, False)}
+    for q in unit(rng, 10, 16):  # the same rows as the executor's add: the same answers
+        assert inline.search(q, 5, want=want("A")) == threaded.search(q, 5, want=want("A"))
+    assert inline.add_now([1], vectors[:1], keys[:1])  # a label already here is left alone, as by add
+    assert len(inline) == 50
+
+    more = unit(rng, 6, 16)
+    assert not inline.add_now(list(range(60, 66)), more, [key("A")] * 6)  # 51 rows: due a graph
+    assert not inline.add_now(list(range(70, 121)), unit(rng, 51, 16), [key("D")] * 51)  # a new one, too big
+    inline._lock.acquire()  # another thread adding, deleting or saving: the loop must not wait for it
+    try:
+        assert not inline.add_now([60], more[:1], [key("A")])
+    finally:
+        inline._lock.release()
+    assert len(inline) == 50 and 60 not in inline.labels()  # declining added nothing
+
+    inline.add(list(range(60, 66)), more, [key("A")] * 6)  # off the loop: A becomes a graph
+    assert inline.partitions()["A"] == (51, True)
+    assert not inline.add_now([200], unit(rng, 1, 16), [key("A")])  # a graph's add costs a walk
+    assert inline.add_now([201], unit(rng, 1, 16), [key("E")])  # another tenant's exact rows still go in
