@@ -31,6 +31,7 @@ from proxy.storage.base import (
     StoreUnavailable,
     Usage,
 )
+from proxy.storage.lasts import LastAnswers
 
 __all__ = ["SqliteStore", "StoreMismatch"]
 
@@ -166,6 +167,12 @@ def _session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any
     return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time())
 
 
+def _last_of(row: tuple[Any, ...]) -> SessionLast:
+    """The session's last answer as ``session_last`` reads the row back."""
+    _, _, cache_id, served, request_hash, at = row
+    return SessionLast(str(cache_id), bool(served), str(request_hash), float(at))
+
+
 def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
     values = dict(zip(names, row, strict=True))
     for key in _JSON_COLUMNS:
@@ -200,6 +207,7 @@ class SqliteStore:
         self._db = conn
         self.path = path
         self._write_lock = asyncio.Lock()
+        self._lasts = LastAnswers()
 
     @classmethod
     async def open(cls, path: Path) -> SqliteStore:
@@ -384,11 +392,14 @@ class SqliteStore:
         return out
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
+        row = _session_last_row(tenant, session, last)
+
         def served(conn: sqlite3.Connection) -> None:
             conn.execute(_HIT, (now, cache_id))
-            conn.execute(_SET_SESSION_LAST, _session_last_row(tenant, session, last))
+            conn.execute(_SET_SESSION_LAST, row)
 
         await self._at_once(served)
+        self._lasts.put((tenant, session), _last_of(row))
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         def add(conn: sqlite3.Connection) -> Any:
@@ -405,20 +416,31 @@ class SqliteStore:
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
         row = _session_last_row(tenant, session, last)
         await self._at_once(lambda conn: conn.execute(_SET_SESSION_LAST, row).close())
+        self._lasts.put((tenant, session), _last_of(row))
 
     async def purge_session_last(self, before: float) -> int:
         async with self._writing():
             cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
+        self._lasts.drop_until(before)
         return cur.rowcount
 
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
+        """From memory for a session this store met lately (``proxy.storage.lasts``), else the file."""
+        known, last = self._lasts.get((tenant, session))
+        if known:
+            return last
         rows = list(
             await self._db.execute_fetchall(
                 "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
                 (tenant, session),
             )
         )
-        return SessionLast(str(rows[0][0]), bool(rows[0][1]), str(rows[0][2]), float(rows[0][3])) if rows else None
+        found = SessionLast(str(rows[0][0]), bool(rows[0][1]), str(rows[0][2]), float(rows[0][3])) if rows else None
+        known, last = self._lasts.get((tenant, session))
+        if known:  # written while this read was off the loop: newer than the row it read
+            return last
+        self._lasts.put((tenant, session), found)
+        return found
 
     async def iter_live(self) -> AsyncIterator[Record]:
         async with self._db.execute(
