@@ -32,6 +32,7 @@ from proxy.storage.base import (
     Usage,
 )
 from proxy.storage.lasts import LastAnswers
+from proxy.storage.recent import RecentRecords
 
 __all__ = ["SqliteStore", "StoreMismatch"]
 
@@ -208,6 +209,7 @@ class SqliteStore:
         self.path = path
         self._write_lock = asyncio.Lock()
         self._lasts = LastAnswers()
+        self._recent = RecentRecords()
 
     @classmethod
     async def open(cls, path: Path) -> SqliteStore:
@@ -345,7 +347,15 @@ class SqliteStore:
         return rows[0] if rows else None
 
     async def get_many(self, labels: Sequence[int]) -> list[Record]:
-        return await self.find(Selector(labels=tuple(labels), states=None)) if labels else []
+        """Records by label, whatever their state: those a lookup read lately from memory
+        (``proxy.storage.recent``), the rest from the file."""
+        found, missing = self._recent.take(labels)
+        if missing:
+            since = self._recent.changes
+            read = await self.find(Selector(labels=tuple(missing), states=None))
+            self._recent.keep(read, since)
+            found += read
+        return sorted(found, key=lambda r: -(r.label or 0))
 
     async def find(self, selector: Selector, *, limit: int | None = None) -> list[Record]:
         out: list[Record] = []
@@ -369,12 +379,14 @@ class SqliteStore:
 
     async def set_state(self, selector: Selector, state: RecordState) -> list[Ref]:
         out: list[Ref] = []
+        self._recent.changing()
         async with self._writing():
             for sel in _chunks(selector):
                 table, where, params = _where(sel)
                 out += await self._refs(
                     f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
                 )
+        self._recent.forget(ref.label for ref in out)
         return out
 
     async def promote_due(self, now: float) -> list[Ref]:
@@ -382,10 +394,12 @@ class SqliteStore:
 
     async def delete(self, selector: Selector) -> list[Ref]:
         out: list[Ref] = []
+        self._recent.changing()
         async with self._writing():
             for sel in _chunks(selector):
                 table, where, params = _where(sel)
                 out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
+        self._recent.forget(ref.label for ref in out)
         if out:
             async with self._writing():
                 await (await self._db.execute("PRAGMA incremental_vacuum(256)")).close()
@@ -410,7 +424,9 @@ class SqliteStore:
             ).fetchall()
             return row[0][0] if row else None
 
+        self._recent.changing()
         score = await self._at_once(add)
+        self._recent.forget_id(cache_id)
         return None if score is None else float(score)
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.model import SessionLast
+from proxy.model import Record, RecordState, SessionLast
+from proxy.storage.base import Selector
 from proxy.storage.sqlite import SqliteStore
 from tests.storage.contract import RecordStoreContract, make_record
 
@@ -145,3 +146,79 @@ class TestSessionLastsInMemory:
         release.set()
         assert await read == SessionLast("sc-r", False, "h", 5.0)  # not the row it read before the write
         assert await store.session_last("t", "race") == SessionLast("sc-r", False, "h", 5.0)
+
+
+class TestRecentRecordsInMemory:
+    """Records a lookup read are answered from memory the next time, and never older than the file
+    once a change of them has returned (proxy.storage.recent)."""
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
+        store = await SqliteStore.open(tmp_path / "cache.sqlite3")
+        yield store
+        await store.close()
+
+    @staticmethod
+    async def fresh_read(tmp_path: Path, labels: list[int]) -> list[Record]:
+        other = await SqliteStore.open(tmp_path / "cache.sqlite3")
+        try:
+            return await other.find(Selector(labels=tuple(labels), states=None))
+        finally:
+            await other.close()
+
+    async def test_a_second_read_of_the_same_records_needs_no_file_and_reads_alike(
+        self, store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        labels = [await store.insert(make_record(i)) for i in range(5)]
+        first = await store.get_many(labels[:3])
+        assert first == await self.fresh_read(tmp_path, labels[:3])
+        TestSessionLastsInMemory.no_reads(store, monkeypatch)
+        assert await store.get_many(labels[:3]) == first
+        assert [r.label for r in first] == sorted(labels[:3], reverse=True)
+
+    async def test_what_a_change_returned_is_what_the_next_read_sees(self, store: SqliteStore, tmp_path: Path) -> None:
+        labels = [await store.insert(make_record(i)) for i in range(4)]
+        await store.get_many(labels)  # all four kept
+        (ref,) = await store.set_state(Selector(labels=(labels[0],)), RecordState.INVALID)
+        assert ref.label == labels[0]
+        assert await store.add_feedback("sc-0001", -0.5) == pytest.approx(0.5)
+        assert [r.label for r in await store.delete(Selector(labels=(labels[2],)))] == [labels[2]]
+        now = {r.label: r for r in await store.get_many(labels)}
+        assert now[labels[0]].state == "invalid" and now[labels[1]].feedback_score == pytest.approx(0.5)
+        assert labels[2] not in now and now[labels[3]].state == "ready"
+        assert sorted(now.values(), key=lambda r: -(r.label or 0)) == await self.fresh_read(tmp_path, labels)
+
+    async def test_a_read_under_way_when_a_change_begins_keeps_nothing(
+        self, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        label = await store.insert(make_record(7))
+        fetch, release = store._db.execute_fetchall, asyncio.Event()
+
+        async def slow_fetch(*args: object) -> object:
+            rows = await fetch(*args)  # the record still ready
+            await release.wait()
+            return rows
+
+        monkeypatch.setattr(store._db, "execute_fetchall", slow_fetch)
+        read = asyncio.create_task(store.get_many([label]))
+        await asyncio.sleep(0.05)
+        await store.set_state(Selector(labels=(label,)), RecordState.INVALID)
+        release.set()
+        assert [r.state for r in await read] == ["ready"]  # it read before the change
+        monkeypatch.setattr(store._db, "execute_fetchall", fetch)
+        assert [r.state for r in await store.get_many([label])] == ["invalid"]  # not kept: read again
+
+    async def test_a_hit_count_keeps_the_record(self, store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        label = await store.insert(make_record(8))
+        (before,) = await store.get_many([label])
+        await store.record_served(before.cache_id, 99.0, "t", "s", SessionLast(before.cache_id, True, "h"))
+        TestSessionLastsInMemory.no_reads(store, monkeypatch)
+        assert await store.get_many([label]) == [before]  # its count lags in memory; no lookup reads it
+
+    async def test_the_memory_is_bounded(self, store: SqliteStore, tmp_path: Path) -> None:
+        store._recent.limit = 3
+        labels = [await store.insert(make_record(i)) for i in range(6)]
+        for label in labels:
+            await store.get_many([label])
+        assert len(store._recent) == 3
+        assert await store.get_many(labels) == await self.fresh_read(tmp_path, labels)

@@ -1,0 +1,83 @@
+"""The records a lookup read lately, kept by the SQLite store so the next lookup of them needs no
+read of its file.
+
+A lookup reads its candidates' rows after the index search (``SqliteStore.get_many``): on aiosqlite
+a hop to the connection's thread, queued behind the write-backs in flight, and under load the
+longest step of a hit answered from an exact repeat (benchmarks/soak.py). One proxy owns a data
+directory while it serves (``proxy.http.app.data_dir_lock``), and every statement that changes a
+stored record goes through its store, so the store can keep what it read true:
+
+- a change (a state, feedback, a delete) is announced before its first statement (``changing``)
+  and forgets the records it changed once it is committed (``forget``);
+- a read keeps its rows only if no change was announced while it was off the loop (``keep``):
+  it may have read a row before the change, or the change's uncommitted row on the same
+  connection.
+
+A record in memory is then never older than the file once a change has returned, the point
+from which a lookup without this memory would have read the new row too. Hit counts are the
+exception: a hit's count is written without forgetting (every hit would drop its hot record),
+so a kept record's ``hit_count`` and ``last_hit_at`` may lag; no lookup reads them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from proxy.model import Record
+
+
+class RecentRecords:
+    """The newest ``limit`` records read for lookups, by label."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._records: OrderedDict[int, Record] = OrderedDict()
+        self._labels: dict[str, int] = {}  # cache_id -> label, for what is kept
+        self.changes = 0  # changes announced so far
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def take(self, labels: Sequence[int]) -> tuple[list[Record], list[int]]:
+        """(the records kept of ``labels``, the labels to read from the file)."""
+        found: list[Record] = []
+        missing: list[int] = []
+        for label in labels:
+            record = self._records.get(label)
+            if record is None:
+                missing.append(label)
+            else:
+                self._records.move_to_end(label)
+                found.append(record)
+        return found, missing
+
+    def keep(self, records: Iterable[Record], since: int) -> None:
+        """Keep rows read by a read that began when ``changes`` was ``since``, unless a change was
+        announced meanwhile."""
+        if self.changes != since:
+            return
+        for record in records:
+            if record.label is None:
+                continue
+            self._records[record.label] = record
+            self._records.move_to_end(record.label)
+            self._labels[record.cache_id] = record.label
+        while len(self._records) > self.limit:
+            _, old = self._records.popitem(last=False)
+            self._labels.pop(old.cache_id, None)
+
+    def changing(self) -> None:
+        """A change of stored records is about to be sent: reads under way keep nothing."""
+        self.changes += 1
+
+    def forget(self, labels: Iterable[int]) -> None:
+        for label in labels:
+            record = self._records.pop(label, None)
+            if record is not None:
+                self._labels.pop(record.cache_id, None)
+
+    def forget_id(self, cache_id: str) -> None:
+        label = self._labels.get(cache_id)
+        if label is not None:
+            self.forget([label])
