@@ -23,15 +23,16 @@ class TestSqliteStore(RecordStoreContract):
         await store.close()
 
 
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = await SqliteStore.open(tmp_path / "cache.sqlite3")
+    yield store
+    await store.close()
+
+
 class TestOneHopWrites:
     """An answer, a hit's count, a session's last answer and a thumb are each written as one hop
     of the connection's thread, statements and commit together (SqliteStore._at_once)."""
-
-    @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
-        store = await SqliteStore.open(tmp_path / "cache.sqlite3")
-        yield store
-        await store.close()
 
     async def test_a_write_waits_for_a_write_of_several_hops_and_is_not_part_of_it(self, store: SqliteStore) -> None:
         label = await store.insert(make_record(1))
@@ -65,12 +66,6 @@ class TestOneHopWrites:
 class TestSessionLastsInMemory:
     """A session's last answer is read from the file once; what the store writes or reads it then
     answers from memory, the same as the file holds (proxy.storage.lasts)."""
-
-    @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
-        store = await SqliteStore.open(tmp_path / "cache.sqlite3")
-        yield store
-        await store.close()
 
     @staticmethod
     def file_row(tmp_path: Path, session: str) -> SessionLast | None:
@@ -151,12 +146,6 @@ class TestSessionLastsInMemory:
 class TestRecentRecordsInMemory:
     """Records a lookup read are answered from memory the next time, and never older than the file
     once a change of them has returned (proxy.storage.recent)."""
-
-    @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
-        store = await SqliteStore.open(tmp_path / "cache.sqlite3")
-        yield store
-        await store.close()
 
     @staticmethod
     async def fresh_read(tmp_path: Path, labels: list[int]) -> list[Record]:
