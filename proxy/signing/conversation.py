@@ -31,6 +31,9 @@ class LruDict(Generic[K, V]):
         self._size = size
         self._data: OrderedDict[K, V] = OrderedDict()
 
+    def __len__(self) -> int:
+        return len(self._data)
+
     def get(self, key: K) -> V | None:
         value = self._data.get(key)
         if value is not None:
@@ -42,6 +45,13 @@ class LruDict(Generic[K, V]):
         self._data.move_to_end(key)
         while len(self._data) > self._size:
             self._data.popitem(last=False)
+
+    def pop(self, key: K) -> V | None:
+        return self._data.pop(key, None)
+
+    def drop_where(self, doomed: Callable[[V], bool]) -> None:
+        for key in [k for k, value in self._data.items() if doomed(value)]:
+            del self._data[key]
 
     def remember(self, key: K, make: Callable[[K], V]) -> V:
         """The value kept for ``key``, made (and kept) the first time it is asked for."""

@@ -21,19 +21,17 @@ so a kept record's ``hit_count`` and ``last_hit_at`` may lag; no lookup reads th
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from proxy.model import Record
+from proxy.signing.conversation import LruDict
 
 
 class RecentRecords:
     """The newest ``limit`` records read for lookups, by label."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self.limit = limit
-        self._records: OrderedDict[int, Record] = OrderedDict()
-        self._labels: dict[str, int] = {}  # cache_id -> label, for what is kept
+        self._records: LruDict[int, Record] = LruDict(limit)
         self.changes = 0  # changes announced so far
 
     def __len__(self) -> int:
@@ -48,7 +46,6 @@ class RecentRecords:
             if record is None:
                 missing.append(label)
             else:
-                self._records.move_to_end(label)
                 found.append(record)
         return found, missing
 
@@ -58,14 +55,8 @@ class RecentRecords:
         if self.changes != since:
             return
         for record in records:
-            if record.label is None:
-                continue
-            self._records[record.label] = record
-            self._records.move_to_end(record.label)
-            self._labels[record.cache_id] = record.label
-        while len(self._records) > self.limit:
-            _, old = self._records.popitem(last=False)
-            self._labels.pop(old.cache_id, None)
+            if record.label is not None:
+                self._records.put(record.label, record)
 
     def changing(self) -> None:
         """A change of stored records is about to be sent: reads under way keep nothing."""
@@ -73,11 +64,4 @@ class RecentRecords:
 
     def forget(self, labels: Iterable[int]) -> None:
         for label in labels:
-            record = self._records.pop(label, None)
-            if record is not None:
-                self._labels.pop(record.cache_id, None)
-
-    def forget_id(self, cache_id: str) -> None:
-        label = self._labels.get(cache_id)
-        if label is not None:
-            self.forget([label])
+            self._records.pop(label)

@@ -20,6 +20,7 @@ import aiosqlite
 import orjson
 
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.signing.conversation import LruDict
 from proxy.storage.base import (
     INTERNED_ORDER,
     Count,
@@ -31,7 +32,6 @@ from proxy.storage.base import (
     StoreUnavailable,
     Usage,
 )
-from proxy.storage.lasts import LastAnswers
 from proxy.storage.recent import RecentRecords
 
 __all__ = ["SqliteStore", "StoreMismatch"]
@@ -56,6 +56,7 @@ INDEX_COLUMNS = (
 )
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
+LAST_ANSWERS = 32_768  # sessions whose last answer is kept in memory (``SqliteStore.session_last``)
 
 _JSON_COLUMNS = ("coarse_tags", "key_facts")
 # named, not ``*``: a read then knows its columns without a cursor, in one hop to the SQLite thread
@@ -164,14 +165,13 @@ _SET_SESSION_LAST = (
 )
 
 
+def _stamped(last: SessionLast) -> SessionLast:
+    """``last`` with the time it is written at, when it came without one."""
+    return last if last.at else dataclasses.replace(last, at=time.time())
+
+
 def _session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any, ...]:
-    return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at or time.time())
-
-
-def _last_of(row: tuple[Any, ...]) -> SessionLast:
-    """The session's last answer as ``session_last`` reads the row back."""
-    _, _, cache_id, served, request_hash, at = row
-    return SessionLast(str(cache_id), bool(served), str(request_hash), float(at))
+    return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at)
 
 
 def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
@@ -208,7 +208,8 @@ class SqliteStore:
         self._db = conn
         self.path = path
         self._write_lock = asyncio.Lock()
-        self._lasts = LastAnswers()
+        # (tenant, session) -> (its last answer, or None for none yet): see ``session_last``
+        self._lasts: LruDict[tuple[str, str], tuple[SessionLast | None]] = LruDict(LAST_ANSWERS)
         self._recent = RecentRecords()
 
     @classmethod
@@ -406,45 +407,47 @@ class SqliteStore:
         return out
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
-        row = _session_last_row(tenant, session, last)
+        last = _stamped(last)
 
         def served(conn: sqlite3.Connection) -> None:
             conn.execute(_HIT, (now, cache_id))
-            conn.execute(_SET_SESSION_LAST, row)
+            conn.execute(_SET_SESSION_LAST, _session_last_row(tenant, session, last))
 
         await self._at_once(served)
-        self._lasts.put((tenant, session), _last_of(row))
+        self._lasts.put((tenant, session), (last,))
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
-        def add(conn: sqlite3.Connection) -> Any:
-            row = conn.execute(
+        def add(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(
                 "UPDATE records SET feedback_score = MAX(0.0, MIN(1.0, feedback_score + ?)) WHERE cache_id = ? "
-                "RETURNING feedback_score",
+                "RETURNING feedback_score, label",
                 (delta, cache_id),
             ).fetchall()
-            return row[0][0] if row else None
 
         self._recent.changing()
-        score = await self._at_once(add)
-        self._recent.forget_id(cache_id)
-        return None if score is None else float(score)
+        rows = await self._at_once(add)
+        self._recent.forget(label for _, label in rows)
+        return float(rows[0][0]) if rows else None
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
+        last = _stamped(last)
         row = _session_last_row(tenant, session, last)
         await self._at_once(lambda conn: conn.execute(_SET_SESSION_LAST, row).close())
-        self._lasts.put((tenant, session), _last_of(row))
+        self._lasts.put((tenant, session), (last,))
 
     async def purge_session_last(self, before: float) -> int:
         async with self._writing():
             cur = await self._db.execute("DELETE FROM session_last WHERE at <= ?", (before,))
-        self._lasts.drop_until(before)
+        self._lasts.drop_where(lambda kept: kept[0] is not None and kept[0].at <= before)
         return cur.rowcount
 
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
-        """From memory for a session this store met lately (``proxy.storage.lasts``), else the file."""
-        known, last = self._lasts.get((tenant, session))
-        if known:
-            return last
+        """Every request reads it first, and from the file that is a hop to the connection's thread
+        queued behind every write-back in flight. One proxy owns a data directory while it serves
+        (``proxy.http.app.data_dir_lock``), so what this store wrote or read is what the file holds
+        until it writes again: a session met lately is answered from memory."""
+        if (known := self._lasts.get((tenant, session))) is not None:
+            return known[0]
         rows = list(
             await self._db.execute_fetchall(
                 "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
@@ -452,10 +455,9 @@ class SqliteStore:
             )
         )
         found = SessionLast(str(rows[0][0]), bool(rows[0][1]), str(rows[0][2]), float(rows[0][3])) if rows else None
-        known, last = self._lasts.get((tenant, session))
-        if known:  # written while this read was off the loop: newer than the row it read
-            return last
-        self._lasts.put((tenant, session), found)
+        if (known := self._lasts.get((tenant, session))) is not None:
+            return known[0]  # written while this read was off the loop: newer than the row it read
+        self._lasts.put((tenant, session), (found,))
         return found
 
     async def iter_live(self) -> AsyncIterator[Record]:

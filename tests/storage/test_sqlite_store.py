@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from proxy.model import Record, RecordState, SessionLast
+from proxy.signing.conversation import LruDict
 from proxy.storage.base import Selector
+from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite import SqliteStore
 from tests.storage.contract import RecordStoreContract, make_record
 
@@ -65,7 +67,7 @@ class TestOneHopWrites:
 
 class TestSessionLastsInMemory:
     """A session's last answer is read from the file once; what the store writes or reads it then
-    answers from memory, the same as the file holds (proxy.storage.lasts)."""
+    answers from memory, the same as the file holds (SqliteStore.session_last)."""
 
     @staticmethod
     def file_row(tmp_path: Path, session: str) -> SessionLast | None:
@@ -116,7 +118,7 @@ class TestSessionLastsInMemory:
         assert await store.session_last("t", "late") == SessionLast("sc-l", False, "h", 200.0)
 
     async def test_sessions_past_the_bound_are_read_from_the_file_again(self, store: SqliteStore) -> None:
-        store._lasts.limit = 3
+        store._lasts = LruDict(3)
         for i in range(6):
             await store.set_session_last("t", f"s{i}", SessionLast(f"sc-{i}", False, "h", at=float(i + 1)))
         assert len(store._lasts) == 3
@@ -205,7 +207,7 @@ class TestRecentRecordsInMemory:
         assert await store.get_many([label]) == [before]  # its count lags in memory; no lookup reads it
 
     async def test_the_memory_is_bounded(self, store: SqliteStore, tmp_path: Path) -> None:
-        store._recent.limit = 3
+        store._recent = RecentRecords(3)
         labels = [await store.insert(make_record(i)) for i in range(6)]
         for label in labels:
             await store.get_many([label])
