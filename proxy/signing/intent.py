@@ -22,7 +22,7 @@ from proxy.embedding.batching import BatchingEmbedder
 from proxy.policy import Policy
 from proxy.text.never_cache import never_cache_match
 from proxy.text.normalize import NormalText
-from proxy.text.phrases import keyword_intent
+from proxy.text.phrases import KeywordRules
 
 GENERAL = "general"
 
@@ -38,9 +38,15 @@ class IntentClassifier:
     def __init__(self, policy: Policy, names: Sequence[str], matrix: np.ndarray) -> None:
         self.policy = policy
         self._names = list(names)
-        self._matrix = matrix
-        self._forcing = {n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords}
-        self._keywords = {n: p.keywords for n, p in policy.intents.items() if p.keywords}
+        # exemplars grouped by intent (first-seen order), so one reduceat gives each intent's best
+        self._intents = list(dict.fromkeys(self._names))
+        rank = {name: i for i, name in enumerate(self._intents)}
+        order = sorted(range(len(self._names)), key=lambda i: rank[self._names[i]])
+        self._matrix = np.ascontiguousarray(np.asarray(matrix, dtype=np.float32)[order])
+        grouped = [self._names[i] for i in order]
+        self._starts = np.array([grouped.index(name) for name in self._intents], dtype=np.intp)
+        self._forcing = KeywordRules({n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords})
+        self._keywords = KeywordRules({n: p.keywords for n, p in policy.intents.items() if p.keywords})
         self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
 
     @classmethod
@@ -54,7 +60,7 @@ class IntentClassifier:
         never = never_cache_match(text)
         if never is not None and never.intent in self._never_cached:
             return IntentGuess(never.intent, 1.0, forced=True)
-        forced = keyword_intent(text, self._forcing)
+        forced = self._forcing.intent(text)
         if forced:
             return IntentGuess(forced, 1.0, forced=True)
         settings = self.policy.classifier
@@ -62,7 +68,7 @@ class IntentClassifier:
         if len(text.strip()) <= settings.followup_max_chars and running and running != GENERAL:
             return IntentGuess(running, best_sim)
         if best is None or best_sim < settings.min_similarity or best_sim - second < settings.margin:
-            by_keyword = keyword_intent(text, self._keywords)
+            by_keyword = self._keywords.intent(text)
             if by_keyword:
                 return IntentGuess(by_keyword, best_sim)
             return IntentGuess(running or GENERAL, best_sim)
@@ -72,14 +78,11 @@ class IntentClassifier:
         """Best intent, best similarity, and the best similarity of any *other* intent."""
         if not len(self._names):
             return None, 0.0, 0.0
-        sims = self._matrix @ np.asarray(vector, dtype=np.float32)
-        per_intent: dict[str, float] = {}
-        for name, sim in zip(self._names, sims.tolist(), strict=True):
-            per_intent[name] = max(per_intent.get(name, -1.0), sim)
-        ranked = sorted(per_intent.items(), key=lambda kv: -kv[1])
-        best, best_sim = ranked[0]
-        second_sim = ranked[1][1] if len(ranked) > 1 else -1.0
-        return best, best_sim, second_sim
+        per_intent = np.maximum.reduceat(self._matrix @ np.asarray(vector, dtype=np.float32), self._starts)
+        # stable: of intents tied at the top, the first in the policy's order wins
+        ranked = np.argsort(-per_intent, kind="stable")
+        second_sim = float(per_intent[ranked[1]]) if len(ranked) > 1 else -1.0
+        return self._intents[ranked[0]], float(per_intent[ranked[0]]), second_sim
 
     def exemplar_count(self) -> int:
         return len(self._names)

@@ -260,10 +260,10 @@ class ContextSigner:
             return "\n".join(x for x in (head, *[ln for i, ln in enumerate(lines) if i not in gone], tail) if x)
 
         def fits(drops: int) -> bool:
-            return self.embedder.count_tokens(view(drops)) <= budget
+            return self.embedder.fits(view(drops), budget)
 
         whole = view(0)
-        if self.embedder.count_tokens(whole) <= budget:  # most conversations: one tokenisation
+        if self.embedder.fits(whole, budget):  # most conversations: by length, or one tokenisation
             return whole, []
         # the fewest drops that fit: dropping a turn never lengthens the view, so a bisection finds
         # what dropping one at a time would, in a few tokenisations of the view instead of one a turn

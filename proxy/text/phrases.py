@@ -23,20 +23,28 @@ def _keyword_pattern(keyword: str) -> tuple[str, re.Pattern[str]]:
     return keyword, re.compile(re.escape(keyword))
 
 
-def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> str | None:
-    """The first intent (in mapping order) one of whose keywords occurs in ``text``.
+class KeywordRules:
+    """A policy's intent keywords, each read into its literal and pattern once: a classifier asks
+    them twice a request, and looking each keyword up again cost three times the scan."""
 
-    English keywords match whole words only ("now" does not fire on "know"); Chinese ones match
-    as substrings of the normalised text.
-    """
-    for intent, words in keywords.items():
-        for word in words:
-            if not word.strip():
-                continue
-            literal, pattern = _keyword_pattern(word)
+    def __init__(self, keywords: Mapping[str, Sequence[str]]) -> None:
+        self._rules = [(intent, *_keyword_pattern(w)) for intent, words in keywords.items() for w in words if w.strip()]
+
+    def intent(self, norm: NormalText) -> str | None:
+        """The first intent (in mapping order) one of whose keywords occurs in ``norm``.
+
+        English keywords match whole words only ("now" does not fire on "know"); Chinese ones match
+        as substrings of the normalised text.
+        """
+        for intent, literal, pattern in self._rules:
             if literal in norm and pattern.search(norm):
                 return intent
-    return None
+        return None
+
+
+def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> str | None:
+    """``KeywordRules(keywords).intent(norm)``, for a mapping read once."""
+    return KeywordRules(keywords).intent(norm)
 
 
 # A phrase counts only at the start of a clause, after filler words, so that

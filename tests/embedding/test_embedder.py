@@ -36,6 +36,7 @@ class Recording:
         self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
         self.delay = delay
         self.calls: list[int] = []
+        self.counted: list[str] = []
         self.threads: set[int] = set()
         self.fail_next = False
 
@@ -50,7 +51,20 @@ class Recording:
         return self.inner.embed(texts)
 
     def count_tokens(self, text: str) -> int:
+        self.counted.append(text)
         return self.inner.count_tokens(text)
+
+
+async def test_fits_tokenizes_only_a_text_its_length_cannot_settle(sync_embedder: SyncEmbedder) -> None:
+    backend = Recording(sync_embedder)
+    embedder = BatchingEmbedder(backend)
+    short, long = TEXTS[1], " ".join(TEXTS * 3)
+    assert embedder.fits(short, len(short.encode()) + 16)
+    assert backend.counted == []
+    tokens = sync_embedder.count_tokens(long)
+    assert len(long.encode()) > tokens + 16  # its bytes alone would not say it fits
+    assert embedder.fits(long, tokens) and not embedder.fits(long, tokens - 1)
+    assert backend.counted == [long, long]
 
 
 async def test_concurrent_callers_share_one_model_call(sync_embedder: SyncEmbedder) -> None:

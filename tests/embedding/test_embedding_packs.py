@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from proxy.embedding.backends import QUIET_THREADS, FastEmbedEmbedder, StringOnnxEmbedder, SyncEmbedder, length_groups
+from proxy.embedding.batching import TOKENIZER_ROOM
 from proxy.embedding.packs import (
     MANIFEST,
     PACKS,
@@ -25,6 +26,7 @@ from proxy.embedding.packs import (
     load_embedder,
     pack_dir,
 )
+from proxy.text.normalize import normalize_text
 
 MULTILINGUAL = ("e5-small-multilingual", "use-multilingual")
 ALL_PACKS = (*MULTILINGUAL, "minilm-l6-en")
@@ -159,6 +161,30 @@ def test_count_tokens_is_untruncated_and_grows_with_text(embedders: dict[str, Sy
     short = embedder.count_tokens("怎么重置密码")
     assert 0 < short < embedder.count_tokens("怎么重置密码" * 3)
     assert embedder.count_tokens("password reset " * 400) > embedder.max_tokens
+
+
+# Texts of many scripts and of the forms NFKC rewrites (ligatures, squared words, full width, an
+# Arabic ligature that spells out 18 letters), written for this test
+SCRIPTS = (
+    *EN,
+    *ZH,
+    "ﷺ ﷻ ㍿ ㌀ ﬁ ǅ İ ẞ ß ﹏ ⑳ ㊿ ½ ™ ℡ ㎒",
+    "ﷺ" * 30,
+    "ｆｕｌｌ　ｗｉｄｔｈ　１２３ ｶﾀｶﾅ",
+    "😀🙏🏽👨‍👩‍👧 \u200b\u200d zero width",
+    "e\u0301" * 40,
+    "한국어 텍스트와 日本語のテキスト, русский текст, ελληνικά, हिन्दी पाठ, ภาษาไทย",
+    "8904 5,400.25 3/4 1e-9 #A7-22 x^2+y^2",
+)
+
+
+@pytest.mark.parametrize("name", ALL_PACKS)
+def test_a_normal_text_has_no_more_tokens_than_bytes_and_room(embedders: dict[str, SyncEmbedder], name: str) -> None:
+    # what lets BatchingEmbedder.fits skip the tokenizer for short texts
+    embedder = embedders[name]
+    for raw in SCRIPTS:
+        for text in (normalize_text(raw), f"user: {normalize_text(raw)}\nuser: {normalize_text(raw)}"):
+            assert embedder.count_tokens(text) <= len(text.encode()) + TOKENIZER_ROOM, text
 
 
 @pytest.mark.parametrize(
