@@ -13,6 +13,7 @@ every set to finish in a few minutes on 2 cores. Needs the ``train`` extra only 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -91,6 +92,12 @@ def _gbdt(cosines: dict[str, Scorer], train: Sequence[LabeledPair], seed: int) -
     return lambda pairs: np.asarray(model.predict(features(pairs)), dtype=np.float64)
 
 
+def _verifier_scores(verifier: Any, pairs: Sequence[LabeledPair], chunk: int = 64) -> np.ndarray:
+    # in chunks: one batch of thousands of pairs padded to the longest holds gigabytes of attention
+    sides = [(x.a, x.b) for x in pairs]
+    return np.array([p for start in range(0, len(sides), chunk) for p in verifier.score(sides[start : start + chunk])])
+
+
 def _latency(verifier: Any, pairs: Sequence[LabeledPair], repeats: int) -> dict[str, float]:
     sides = [(p.a, p.b) for p in pairs]
     verifier.score(sides[:16])
@@ -125,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     p.add_argument("--model-home", type=Path, default=Path("/tmp/smartcache-bench-models"))
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--top-bits",
+        type=int,
+        nargs="+",
+        choices=(8, 32),
+        help="serve the trained layers as 8-bit blocks and/or float32, each scored and timed in this run "
+        "(default: the width the config names)",
+    )
     p.add_argument("--quick", action="store_true", help="at most 500 test pairs per set")
     p.add_argument("--max-pairs", type=int, default=4000, help="test pairs per set (seeded sample)")
     p.add_argument("--gbdt-train", type=int, default=2000, help="train pairs per set for the GBDT baseline")
@@ -150,10 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     gbdt = _gbdt(dict(scorers), train, 0)
     if gbdt is not None:
         scorers["GBDT baseline"] = gbdt
-    verifier = load_verifier(args.weights, threads=args.threads)
-    scorers[f"verifier {verifier.name} v{verifier.version}"] = lambda ps: np.array(
-        verifier.score([(x.a, x.b) for x in ps])
-    )
+    verifiers = {}
+    for bits in args.top_bits or [None]:
+        verifier = load_verifier(args.weights, threads=args.threads, top_bits=bits)
+        label = f"verifier v{verifier.version} {verifier.config.top_bits}-bit"
+        verifiers[label] = verifier
+        scorers[label] = functools.partial(_verifier_scores, verifier)
     results: dict[str, Any] = {"sets": {}, "quick": args.quick}
     print(f"{'set':8s} {'n':>5s} {'pos':>5s}  {'model':34s} {'AUC':>6s} {'R@P99':>6s} {'R@P99.9':>7s}")
     for name, rows in tests.items():
@@ -177,13 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     for shape, rows in shapes.items():
         if not rows:
             continue
-        lat = _latency(verifier, rows, 40 if args.quick else 100)
-        lat["mean_tokens"] = float(np.mean([verifier.token_count((r.a, r.b)) for r in rows[:200]]))
-        results["latency"][shape] = lat
-        print(
-            f"verifier latency, {shape}, ~{lat['mean_tokens']:.0f} tokens: p50 {lat['p50_ms_batch1']:.1f} ms "
-            f"per pair at batch 1, {lat['p50_ms_per_pair_batch16']:.1f} ms per pair at batch 16"
-        )
+        for label, verifier in verifiers.items():
+            lat = _latency(verifier, rows, 40 if args.quick else 100)
+            lat["mean_tokens"] = float(np.mean([verifier.token_count((r.a, r.b)) for r in rows[:200]]))
+            key = shape if len(verifiers) == 1 else f"{shape}, {label}"
+            results["latency"][key] = lat
+            print(
+                f"{label} latency, {shape}, ~{lat['mean_tokens']:.0f} tokens: p50 {lat['p50_ms_batch1']:.1f} ms "
+                f"per pair at batch 1, {lat['p50_ms_per_pair_batch16']:.1f} ms per pair at batch 16"
+            )
     results["load_average"] = os.getloadavg()[0]
     print(f"{args.threads} threads; load average {results['load_average']:.1f} on {os.cpu_count()} cores")
     results["wall_s"] = round(time.monotonic() - began)

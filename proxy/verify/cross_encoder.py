@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ class VerifierConfig:
     version: str
     cut: int  # frozen e5 layers below the trained ones
     top_layers: int
+    top_bits: int  # the trained layers' weights as served: 32 (float) or 8 (8-bit blocks)
     max_side_tokens: int
     platt_a: float
     platt_b: float
@@ -62,6 +63,8 @@ class VerifierConfig:
                 version=str(raw["version"]),
                 cut=int(raw["cut"]),
                 top_layers=int(raw["top_layers"]),
+                # trained weights are float; a config that names no quantisation serves them so
+                top_bits=int(raw.get("top_bits", 32)),
                 max_side_tokens=int(raw["max_side_tokens"]),
                 platt_a=float(calibration["a"]),
                 platt_b=float(calibration["b"]),
@@ -82,9 +85,13 @@ class _Runtime:
 class CrossEncoderVerifier:
     """Implements ``Verifier``; thread-safe (ONNX Runtime sessions allow concurrent ``run``)."""
 
-    def __init__(self, weights: Path, *, threads: int | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, weights: Path, *, threads: int | None = None, cache_dir: Path | None = None, top_bits: int | None = None
+    ) -> None:
         self.weights = Path(weights)
         self.config = VerifierConfig.read(self.weights / CONFIG_FILE)
+        if top_bits is not None:
+            self.config = replace(self.config, top_bits=top_bits)
         self.name, self.version = self.config.name, self.config.version
         self._threads, self._cache_dir = threads, cache_dir
         self._lock = threading.Lock()
@@ -142,7 +149,10 @@ class CrossEncoderVerifier:
         if graph is None:
             with np.load(top_path) as npz:
                 weights = {k: npz[k] for k in npz.files}
-            model = verifier_graph(image, self.config.cut, self.config.top_layers, weights).SerializeToString()
+            config = self.config
+            model = verifier_graph(
+                image, config.cut, config.top_layers, weights, top_bits=config.top_bits
+            ).SerializeToString()
             graph = self._store_graph(model)
         session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         return _Runtime(base_tokenizer(image), session)
@@ -150,7 +160,9 @@ class CrossEncoderVerifier:
     def _graph_path(self) -> Path | None:
         if self._cache_dir is None:
             return None
-        digest = hashlib.sha256(f"{self.config.top_sha256}|{self.config.base_sha256}".encode()).hexdigest()[:16]
+        config = self.config
+        key = f"{config.top_sha256}|{config.base_sha256}|{config.top_bits}"
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         return self._cache_dir / _GRAPH_FILE.format(digest=digest)
 
     def _cached_graph(self) -> bytes | None:
@@ -168,11 +180,16 @@ class CrossEncoderVerifier:
 
 
 def load_verifier(
-    weights: Path | None = None, *, threads: int | None = None, cache_dir: Path | None = None
+    weights: Path | None = None,
+    *,
+    threads: int | None = None,
+    cache_dir: Path | None = None,
+    top_bits: int | None = None,
 ) -> CrossEncoderVerifier:
     """The shipped verifier (or one trained into ``weights``); local files only, never a download.
 
     ``threads`` is ONNX Runtime's intra-op thread count (None: one per core); ``cache_dir`` keeps
-    the built graph between processes (for example ``<data_dir>/models/verifier``).
+    the built graph between processes (for example ``<data_dir>/models/verifier``); ``top_bits``
+    serves the trained layers at another width than the config's (benchmarks compare them).
     """
-    return CrossEncoderVerifier(weights or DEFAULT_WEIGHTS, threads=threads, cache_dir=cache_dir)
+    return CrossEncoderVerifier(weights or DEFAULT_WEIGHTS, threads=threads, cache_dir=cache_dir, top_bits=top_bits)

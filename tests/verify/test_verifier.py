@@ -5,10 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from proxy.verify import CrossEncoderVerifier, PairSide, Verifier, VerifierError, load_verifier
 from proxy.verify.cross_encoder import DEFAULT_WEIGHTS
+from proxy.verify.graph import q8_blocks
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,33 @@ def test_probabilities_are_in_range_and_a_batch_equals_one_by_one(verifier: Cros
     assert all(0.0 <= p <= 1.0 for p in batched)
     assert batched == pytest.approx(single, abs=2e-3)
     assert verifier.score([]) == []
+
+
+def test_8_bit_blocks_hold_each_weight_within_half_a_step() -> None:
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 64)).astype(np.float32) * np.array([0.01, 1.0, 30.0, 0.0, 1e-8, 2.0])[:, None]
+    codes, scales = q8_blocks(w)
+    assert codes.shape == (6, 2, 32) and scales.shape == (6, 2) and codes.dtype == np.uint8
+    assert codes.min() >= 1 and codes.max() <= 255  # symmetric around the zero point 128
+    back = (codes.astype(np.float32) - 128) * scales[..., None]
+    step = np.repeat(scales, 32, axis=1)
+    assert np.all(np.abs(back.reshape(6, 64) - w) <= step / 2 + 1e-12)
+    assert np.all(codes[3] == 128) and np.all(scales[3] == 0)  # an all-zero block stays zero
+
+
+@pytest.mark.model
+def test_the_8_bit_layers_score_as_the_float_ones(verifier: CrossEncoderVerifier) -> None:
+    pairs = [pair for both in (*ORDERED, *KNOWN_MISSES) for pair in both]
+    other = 32 if verifier.config.top_bits == 8 else 8
+    quantised = load_verifier(threads=2, top_bits=other)
+    assert quantised.config.top_bits == other
+    assert quantised.score(pairs) == pytest.approx(verifier.score(pairs), abs=0.03)
+    high_low = [quantised.score(list(both)) for both in ORDERED]
+    assert all(high > low for high, low in high_low)
+
+
+def test_a_width_the_graph_cannot_serve_is_refused() -> None:
+    from proxy.verify.graph import base_image, verifier_graph
+
+    with pytest.raises(ValueError, match="top_bits"):
+        verifier_graph(base_image(), 4, 6, {}, top_bits=4)
