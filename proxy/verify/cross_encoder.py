@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from proxy.embedding.manifest import sha256_of
 from proxy.verify.encoding import pad_batch, pair_ids
+from proxy.verify.graph import TOP_BITS
 from proxy.verify.sides import PairSide, side_text
 
 if TYPE_CHECKING:
@@ -53,12 +54,16 @@ class VerifierConfig:
     top_sha256: str
     base_sha256: str
 
+    def __post_init__(self) -> None:
+        if self.top_bits not in TOP_BITS:
+            raise VerifierError(f"the verifier's top_bits must be one of {TOP_BITS}, not {self.top_bits}")
+
     @classmethod
     def read(cls, path: Path) -> VerifierConfig:
         try:
             raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             calibration = raw["calibration"]
-            return cls(
+            config = cls(
                 name=str(raw["name"]),
                 version=str(raw["version"]),
                 cut=int(raw["cut"]),
@@ -73,6 +78,7 @@ class VerifierConfig:
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise VerifierError(f"{path}: not a verifier config ({exc})") from exc
+        return config
 
 
 class _Runtime:

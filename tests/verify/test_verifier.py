@@ -140,8 +140,15 @@ def test_the_8_bit_layers_score_as_the_float_ones(verifier: CrossEncoderVerifier
     assert all(high > low for high, low in high_low)
 
 
-def test_a_width_the_graph_cannot_serve_is_refused() -> None:
+def test_a_width_the_graph_cannot_serve_is_refused(tmp_path: Path) -> None:
     from proxy.verify.graph import base_image, verifier_graph
 
     with pytest.raises(ValueError, match="top_bits"):
         verifier_graph(base_image(), 4, 6, {}, top_bits=4)
+    with pytest.raises(VerifierError, match="top_bits"):
+        load_verifier(top_bits=16)
+    shutil.copytree(DEFAULT_WEIGHTS, tmp_path / "w")
+    config = tmp_path / "w" / "verifier.json"
+    config.write_text(config.read_text().replace('"top_bits": 8', '"top_bits": 4'))
+    with pytest.raises(VerifierError, match="top_bits"):
+        load_verifier(tmp_path / "w")
