@@ -1,9 +1,10 @@
-"""The records a lookup read lately, kept by the SQLite store so the next lookup of them needs no
-read of its file.
+"""The records written or read lately, kept by the SQLite store so the next lookup of them needs
+no read of its file.
 
 A lookup reads its candidates' rows after the index search (``SqliteStore.get_many``): on aiosqlite
 a hop to the connection's thread, queued behind the write-backs in flight, and under load the
-longest step of a hit answered from an exact repeat (benchmarks/soak.py). One proxy owns a data
+longest step of a hit answered from an exact repeat (benchmarks/soak.py). A record just written
+is kept as its row reads back: the session's next turn meets it as a candidate. One proxy owns a data
 directory while it serves (``proxy.http.app.data_dir_lock``), and every statement that changes a
 stored record goes through its store, so the store can keep what it read true:
 
@@ -11,7 +12,8 @@ stored record goes through its store, so the store can keep what it read true:
   and forgets the records it changed once it is committed (``forget``);
 - a read keeps its rows only if no change was announced while it was off the loop (``keep``):
   it may have read a row before the change, or the change's uncommitted row on the same
-  connection.
+  connection. An insert keeps its row on the same terms: a change sent after it on the
+  connection may have reached the new row.
 
 A record in memory is then never older than the file once a change has returned, the point
 from which a lookup without this memory would have read the new row too. Hit counts are the
@@ -28,7 +30,7 @@ from proxy.signing.conversation import LruDict
 
 
 class RecentRecords:
-    """The newest ``limit`` records read for lookups, by label."""
+    """The newest ``limit`` records written or read for lookups, by label."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._records: LruDict[int, Record] = LruDict(limit)

@@ -341,14 +341,20 @@ class SqliteStore:
             assert label is not None
             return int(label)
 
-        return await self._at_once(insert)
+        since = self._recent.changes
+        label = await self._at_once(insert)
+        # kept as a read of the row would return it: the session's next turn reads it as a
+        # candidate, most often before anything changes it
+        values["label"] = label
+        self._recent.keep([_record([values[c] for c in _RECORD_COLUMNS], _RECORD_COLUMNS)], since)
+        return label
 
     async def get(self, cache_id: str) -> Record | None:
         rows = await self._fetch(f"{_SELECT_RECORDS} FROM records WHERE cache_id = ?", (cache_id,))
         return rows[0] if rows else None
 
     async def get_many(self, labels: Sequence[int]) -> list[Record]:
-        """Records by label, whatever their state: those a lookup read lately from memory
+        """Records by label, whatever their state: those written or read lately from memory
         (``proxy.storage.recent``), the rest from the file."""
         found, missing = self._recent.take(labels)
         if missing:
