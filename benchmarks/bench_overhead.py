@@ -23,8 +23,10 @@ Seeding requests (the first asking of a pair) are not timed. Every mode runs onc
 an order rotated each round; the table shows the median over rounds of each round's p50/p95/p99
 and of the proxy's CPU time per request (user + system of the proxy process and its threads,
 from /proc). A mode's latencies count only the requests whose ``x-cache-status`` was the one the
-mode expects; the status column shows what all of them got. Then exact-repeat hits at 1, 8 and
-64 concurrent clients for a few seconds each, also in alternating rounds.
+mode expects; the status column shows what all of them got. A second table says where a mode's
+time went in the proxy: its ``/metrics`` stage seconds read before and after the mode, per
+request. Then exact-repeat hits at 1, 8 and 64 concurrent clients for a few seconds each, also in
+alternating rounds.
 
 bench_proxy.py compares embedding packs with the proxy inside the client's own process; this one
 keeps the proxy in a process of its own, so its CPU time is its own and the client's event loop
@@ -43,6 +45,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -263,6 +266,7 @@ async def run_mode(
         if probe.seed is not None:
             await post(session, url, probe.seed, f"{tag}-{i}")
     pid = pids["proxy" if target == "direct" else target]  # direct: read, then reported as nan
+    before = {} if target == "direct" else await stage_totals(session, url)
     cpu0 = process_cpu_seconds(pid)
     timed = []
     for i, p in enumerate(probes):
@@ -270,11 +274,25 @@ async def run_mode(
             await asyncio.sleep(gap_s)
         timed.append(await post(session, url, p.ask, f"{tag}-{i}", p.extra))
     cpu = process_cpu_seconds(pid) - cpu0
+    after = {} if target == "direct" else await stage_totals(session, url)
     result.statuses.update(status for _, status in timed)
     matched = [ms for ms, status in timed if status == EXPECT[mode]]
     row = summary(matched)
     row["cpu_ms_per_request"] = float("nan") if mode == "direct" else 1000 * cpu / len(probes)
+    for stage, total in after.items():
+        row[f"stage_{stage}"] = 1000 * (total - before.get(stage, 0.0)) / len(probes)
     result.rounds.append(row)
+
+
+_STAGE_SUM = re.compile(r'^smartcache_stage_seconds_sum\{stage="(\w+)"\} (\S+)$', re.M)
+
+
+async def stage_totals(session: aiohttp.ClientSession, chat_url: str) -> dict[str, float]:
+    """The proxy's own seconds so far in each request stage (its ``/metrics``): read before and
+    after a mode, they say where the mode's time went, per request."""
+    async with session.get(chat_url.replace("/v1/chat/completions", "/metrics")) as resp:
+        text = await resp.text()
+    return {stage: float(total) for stage, total in _STAGE_SUM.findall(text)}
 
 
 async def closed_loop(
@@ -438,10 +456,13 @@ def collate(
     modes: dict[str, Any] = {}
     for mode, res in results.items():
         deltas = [row["p50"] - base["p50"] for row, base in zip(res.rounds, direct, strict=True)]
+        stages = sorted({key for row in res.rounds for key in row if key.startswith("stage_")})
         modes[mode] = {
             "expected_status": EXPECT[mode],
             "statuses": dict(res.statuses),
             "median": {key: median_of(res.rounds, key) for key in ("p50", "p95", "p99", "cpu_ms_per_request")},
+            # the proxy's time per request in each stage (its /metrics), median of rounds
+            "stages_ms": {key.removeprefix("stage_"): median_of(res.rounds, key) for key in stages},
             "p50_over_direct_ms": median_of([{"d": d} for d in deltas], "d") if mode != "direct" else 0.0,
             "rounds": res.rounds,
         }
@@ -486,12 +507,32 @@ def print_tables(res: dict[str, Any], console: Console) -> None:
             fmt(med["cpu_ms_per_request"]),
         )
     console.print(table)
+    print_stages(res, console)
     tp = Table(title=f"exact-repeat hit throughput, {res['throughput_seconds']:.0f} s per level, median of rounds")
     for col in ("clients", "hits/s", "hit share"):
         tp.add_column(col, justify="right")
     for clients, row in res["hit_throughput"].items():
         tp.add_row(clients, fmt(row["requests_per_s"]), fmt(row["hit_share"], 3))
     console.print(tp)
+
+
+# the order a request meets them; "store" and "settle" come after its reply
+STAGE_ORDER = ("parse", "sign", "embed", "index", "verify", "decide", "serve", "upstream", "settle", "store")
+
+
+def print_stages(res: dict[str, Any], console: Console) -> None:
+    rows = {mode: row.get("stages_ms", {}) for mode, row in res["modes"].items() if row.get("stages_ms")}
+    seen = {stage for stages in rows.values() for stage in stages}
+    if not rows:
+        return
+    columns = [s for s in STAGE_ORDER if s in seen] + sorted(seen - set(STAGE_ORDER))
+    table = Table(title="the proxy's ms per request in each stage (its /metrics), median of rounds")
+    table.add_column("mode")
+    for stage in columns:
+        table.add_column(stage, justify="right")
+    for mode, stages in rows.items():
+        table.add_row(mode, *(fmt(stages[s], 2) if s in stages else "-" for s in columns))
+    console.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
