@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import yaml
 from proxy.decision.change import ChangeKind, detect_change
 from proxy.text.entities import extract_entities, merge_entities
 from proxy.text.normalize import normalize_text
-from proxy.text.phrases import keyword_intent
+from proxy.text.phrases import KeywordRules
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,11 +240,11 @@ def forced_keywords(policy_file: Path) -> dict[str, list[str]]:
     return {name: list(spec.get("keywords", [])) for name, spec in intents.items() if spec.get("force")}
 
 
-def keyword_intents(case: Case, keywords: Mapping[str, Sequence[str]]) -> tuple[str, str]:
+def keyword_intents(case: Case, rules: KeywordRules) -> tuple[str, str]:
     running = "general"
     for text in case.context:
-        running = keyword_intent(normalize_text(text), keywords) or running
-    return running, keyword_intent(normalize_text(case.turn), keywords) or running
+        running = rules.intent(normalize_text(text)) or running
+    return running, rules.intent(normalize_text(case.turn)) or running
 
 
 def predict(case: Case, intents: tuple[str, str]) -> ChangeKind:
@@ -299,10 +299,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(f"warning: {args.data} not found; data-set cases skipped")
     print("sources:", dict(Counter(c.source for c in cases)), "labels:", dict(Counter(c.label.value for c in cases)))
-    keywords = forced_keywords(args.policy)
+    rules = KeywordRules(forced_keywords(args.policy))
     modes: dict[str, Callable[[Case], tuple[str, str]]] = {
         "gold intents": lambda c: c.intents,
-        "keyword intents": lambda c: keyword_intents(c, keywords),
+        "keyword intents": lambda c: keyword_intents(c, rules),
     }
     for mode, intents_of in modes.items():
         predicted = [predict(c, intents_of(c)) for c in cases]

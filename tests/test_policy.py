@@ -20,7 +20,7 @@ from proxy.policy import (
 )
 from proxy.policy_table import policy_table
 from proxy.text.normalize import normalize_text
-from proxy.text.phrases import keyword_intent
+from proxy.text.phrases import KeywordRules
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
 REQUIRED_INTENTS = (
@@ -48,9 +48,8 @@ def shipped() -> Policy:
 
 def forced(policy: Policy, text: str) -> str | None:
     """The intent the classifier's keyword matcher forces for ``text``, if any."""
-    return keyword_intent(
-        normalize_text(text), {name: intent.keywords for name, intent in policy.intents.items() if intent.force}
-    )
+    rules = KeywordRules({name: intent.keywords for name, intent in policy.intents.items() if intent.force})
+    return rules.intent(normalize_text(text))
 
 
 @pytest.fixture(scope="module")

@@ -345,8 +345,8 @@ class SqliteStore:
         label = await self._at_once(insert)
         # kept as a read of the row would return it: the session's next turn reads it as a
         # candidate, most often before anything changes it
-        values["label"] = label
-        self._recent.keep([_record([values[c] for c in _RECORD_COLUMNS], _RECORD_COLUMNS)], since)
+        row = {**values, "label": label}
+        self._recent.keep([_record([row[c] for c in _RECORD_COLUMNS], _RECORD_COLUMNS)], since)
         return label
 
     async def get(self, cache_id: str) -> Record | None:

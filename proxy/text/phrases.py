@@ -42,11 +42,6 @@ class KeywordRules:
         return None
 
 
-def keyword_intent(norm: NormalText, keywords: Mapping[str, Sequence[str]]) -> str | None:
-    """``KeywordRules(keywords).intent(norm)``, for a mapping read once."""
-    return KeywordRules(keywords).intent(norm)
-
-
 # A phrase counts only at the start of a clause, after filler words, so that
 # "如何重新开始生活" or "how do I start over after a layoff" are questions, not resets.
 _CLAUSE_START: Final = r"(?:^|[,.;!?:\n])\s?"

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from proxy.embedding.manifest import sha256_of
 from proxy.verify.encoding import pad_batch, pair_ids
-from proxy.verify.graph import TOP_BITS
+from proxy.verify.graph import TOP_BITS, base_image, base_path, base_tokenizer, verifier_graph
 from proxy.verify.sides import PairSide, side_text
 
 if TYPE_CHECKING:
@@ -139,8 +139,6 @@ class CrossEncoderVerifier:
 
     def _build(self) -> _Runtime:
         import onnxruntime as ort
-
-        from proxy.verify.graph import base_image, base_path, base_tokenizer, verifier_graph
 
         top_path, base = self.weights / TOP_FILE, base_path()
         if sha256_of(top_path) != self.config.top_sha256:

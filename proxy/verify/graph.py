@@ -110,7 +110,7 @@ def q8_blocks(w: npt.NDArray[Any]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[n
 def _dense(g: Graph, x: str, weights: Mapping[str, npt.NDArray[Any]], prefix: str, bits: int = 32) -> str:
     """``x @ W.T + b`` for a torch-layout ``[out, in]`` weight."""
     w, bias = weights[prefix + ".weight"], g.const(weights[prefix + ".bias"].astype(np.float32))
-    if bits == 8 and w.shape[1] % _BLOCK == 0:
+    if bits == 8:
         codes, scales = q8_blocks(w)
         y = g.op(
             "MatMulNBits",

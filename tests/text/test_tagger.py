@@ -5,7 +5,7 @@ import pytest
 from proxy.text.entities import Entities, entities_conflict, extract_entities, merge_entities
 from proxy.text.normalize import Segmenter, normalize_text
 from proxy.text.numbers import NumericConstraint
-from proxy.text.phrases import is_correction, is_reset_phrase, keyword_intent
+from proxy.text.phrases import KeywordRules, is_correction, is_reset_phrase
 
 N = NumericConstraint
 
@@ -200,12 +200,12 @@ KEYWORDS = {
     ],
 )
 def test_keyword_intent(text: str, intent: str | None) -> None:
-    assert keyword_intent(normalize_text(text), KEYWORDS) == intent
+    assert KeywordRules(KEYWORDS).intent(normalize_text(text)) == intent
 
 
 def test_keyword_intent_follows_mapping_order() -> None:
-    assert keyword_intent(normalize_text("现在有什么症状"), KEYWORDS) == "realtime"
-    assert keyword_intent(normalize_text("现在有什么症状"), dict(reversed(list(KEYWORDS.items())))) == "medical"
+    assert KeywordRules(KEYWORDS).intent(normalize_text("现在有什么症状")) == "realtime"
+    assert KeywordRules(dict(reversed(list(KEYWORDS.items())))).intent(normalize_text("现在有什么症状")) == "medical"
 
 
 @pytest.mark.parametrize(
