@@ -222,18 +222,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_verified, held_out, write_policy
+    from proxy.policy import load_policy
+    from proxy.tools.calibrate import (
+        calibrate,
+        calibrate_verifier,
+        describe_kept,
+        describe_verified,
+        held_out,
+        write_policy,
+    )
     from proxy.tools.report import print_calibration, print_held_out
 
     configure_logging("warning")
     settings = _replay_settings(args)
+    template = load_policy(settings.policy_file)
     rows = _replay_rows(args, shadow=True, settings=settings)
-    results = calibrate(rows, target=args.target_false_hit)
+    results = calibrate(rows, template=template, target=args.target_false_hit)
     verified = calibrate_verifier(rows, target=args.target_false_hit)
     previous = calibrate_verifier(rows, target=args.target_false_hit, setting="verify_previous")
     print_calibration(results, table_console())
     print(*describe_verified(verified), *describe_verified(previous), sep="\n")
-    print_held_out(held_out(rows, target=args.target_false_hit), table_console())
+    print_held_out(held_out(rows, template=template, target=args.target_false_hit), table_console())
+    if (kept := describe_kept(results)) is not None:
+        print(kept, file=sys.stderr)
     if args.out:
         version = write_policy(
             settings.policy_file,

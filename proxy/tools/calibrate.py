@@ -1,7 +1,8 @@
 """Calibration from shadow-replay rows: per intent, the lowest accept threshold (a cosine) and,
 for intents that verify, the lowest verifier probability whose false-hit rate stays under a
 target with an upper confidence bound; and a policy file, under a version of its own, that
-records the data behind each number (never by taste)."""
+records the data behind each number (never by taste). An accept threshold the data cannot show
+safe is not written: the template's stays, and the output says so."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from proxy.model import Reason
+from proxy.policy import Policy
 from proxy.tools.replay import Row
 
 Z95 = 1.6449  # one-sided 95 %
@@ -31,7 +33,7 @@ VERIFY_SETTINGS = ("verify_accept", "verify_previous")  # the policy keys verifi
 @dataclass(frozen=True, slots=True)
 class Calibration:
     intent: str
-    accept: float
+    accept: float  # what the policy serves at: the fitted threshold, or the template's when none fits
     candidate: float
     samples: int  # requests that had a candidate passing the nets
     hits: int  # of those, at or above accept
@@ -40,6 +42,7 @@ class Calibration:
     reusable: int
     recall: float
     note: str
+    fitted: bool = True  # False: the data cannot show the target; accept and candidate are the template's
 
 
 def upper_bound(false: int, n: int) -> float:
@@ -52,6 +55,12 @@ def upper_bound(false: int, n: int) -> float:
     centre = p + Z95 * Z95 / (2 * n)
     spread = Z95 * math.sqrt(p * (1 - p) / n + Z95 * Z95 / (4 * n * n))
     return min(1.0, (centre + spread) / (1 + Z95 * Z95 / n))
+
+
+def samples_needed(target: float) -> int:
+    """The fewest accepted candidates, all of them right, whose bound meets ``target``: below
+    this no threshold can be shown safe (about 3000 for a target of 1e-3)."""
+    return max(1, math.ceil(math.log(0.05) / math.log1p(-target))) if 0 < target < 1 else 1
 
 
 def _scored(r: Row) -> bool:
@@ -77,7 +86,7 @@ def _threshold(
     scored: Sequence[Row], target: float, floor: float, key: Callable[[Row], float] = _score
 ) -> tuple[float, str]:
     """Lowest threshold on ``key`` whose bound meets the target; else just above the worst false
-    candidate."""
+    candidate (the verifier's levels: see calibrate_verifier)."""
     ordered = sorted(scored, key=lambda r: -key(r))
     best, false = None, 0
     for n, r in enumerate(ordered, start=1):
@@ -94,37 +103,106 @@ def _threshold(
     )
 
 
+def _down4(x: float) -> float:
+    """``x`` rounded down to the 4 decimals a policy file holds, so a threshold written there
+    admits every candidate it was fitted on and no other."""
+    return math.floor(x * 10_000 + 1e-9) / 10_000
+
+
+def _fit(scored: Sequence[Row], target: float, floor: float) -> float | None:
+    """The lowest accept threshold (at or above ``floor``) at which the one-sided 95 % upper
+    bound of the false-hit rate among the candidates it admits is at most ``target``; None when
+    no threshold shows that. Judged at each threshold a policy file can hold, ties included."""
+    ordered = sorted(scored, key=_score, reverse=True)
+    best, false = None, 0
+    for n, r in enumerate(ordered, start=1):
+        false += _is_false(r)
+        t = _down4(_score(r))
+        last_at_t = n == len(ordered) or _down4(_score(ordered[n])) < t
+        if last_at_t and t >= floor and upper_bound(false, n) <= target:
+            best = t
+    return best
+
+
+def _kept(intent: str, template: Policy | None) -> tuple[float, float, str]:
+    """The template's accept and candidate for an intent no threshold could be fitted for; with
+    no template, near-duplicates only."""
+    if template is None:
+        return 0.999, round(0.999 - CANDIDATE_BAND, 4), "no template given: 0.999 (near-duplicates only)"
+    own = template.for_intent(intent)
+    return own.accept, own.candidate, f"kept the template's accept {own.accept:g}"
+
+
 def calibrate(
-    rows: Sequence[Row], *, target: float = 1e-3, floor: float = 0.80, min_samples: int = 30
+    rows: Sequence[Row],
+    *,
+    template: Policy | None = None,
+    target: float = 1e-3,
+    floor: float = 0.80,
+    min_samples: int = 30,
 ) -> dict[str, Calibration]:
+    """Per intent, the lowest accept threshold whose false-hit rate meets ``target`` with 95 %
+    confidence (an upper bound, never the point estimate): fitted on the intent's own candidates
+    when it has ``min_samples``, else on every intent's together (and never below its own worst
+    false candidate). Where the data cannot show the target (about 3000 clean candidates for
+    1e-3), nothing is fitted: the template's thresholds stay, and the note says so."""
     by_intent: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_intent[r.intent].append(r)
     pooled = [r for r in rows if _scored(r)]
-    pooled_t, _ = _threshold(pooled, target, floor) if pooled else (0.99, "")
+    pooled_t = _fit(pooled, target, floor)
     out = {}
     for intent, irows in sorted(by_intent.items()):
         scored = [r for r in irows if _scored(r)]
-        t, note = _threshold(scored, target, floor)
-        if len(scored) < min_samples:
-            t, note = max(t, pooled_t), f"only {len(scored)} samples: no lower than the pooled threshold"
-        hits = [r for r in scored if (r.score or 0) >= t]
+        fitted, note = _fit_intent(scored, len(pooled), pooled_t, target=target, floor=floor, min_samples=min_samples)
+        if fitted is not None:
+            accept, candidate = fitted, round(max(0.0, fitted - CANDIDATE_BAND), 4)
+        else:
+            accept, candidate, kept = _kept(intent, template)
+            note = f"{kept}: {note}"
+        hits = [r for r in scored if _score(r) >= accept]
         false = sum(_is_false(r) for r in hits)
+        if fitted is None and false:
+            note += f"; {false} false candidates score at or above it"
         reusable = sum(r.session_reusable and not r.expect_no_hit for r in irows)
-        correct = len(hits) - false
+        fhr = round(upper_bound(false, len(hits)), 5)
+        recall = round((len(hits) - false) / reusable, 4) if reusable else 0.0
         out[intent] = Calibration(
-            intent,
-            t,
-            round(max(0.0, t - CANDIDATE_BAND), 4),
-            len(scored),
-            len(hits),
-            false,
-            round(upper_bound(false, len(hits)), 5),
-            reusable,
-            round(correct / reusable, 4) if reusable else 0.0,
-            note,
+            intent, accept, candidate, len(scored), len(hits), false, fhr, reusable, recall, note, fitted is not None
         )
     return out
+
+
+def _fit_intent(
+    scored: Sequence[Row], pooled: int, pooled_t: float | None, *, target: float, floor: float, min_samples: int
+) -> tuple[float | None, str]:
+    """An intent's fitted threshold (None: none meets the target) and what it rests on."""
+    if len(scored) >= min_samples:
+        fitted, data = _fit(scored, target, floor), f"its {len(scored)} samples"
+        if fitted is not None:
+            return fitted, f"meets target on its own {len(scored)} samples"
+    else:
+        worst = max((_score(r) + MARGIN for r in scored if _is_false(r)), default=0.0)
+        if pooled_t is not None:
+            return round(min(0.999, max(pooled_t, worst)), 4), (
+                f"only {len(scored)} samples: the threshold fitted on all {pooled} together"
+            )
+        data = f"only {len(scored)} samples, and all {pooled} together,"
+    return None, (
+        f"{data} cannot show a false-hit rate under {target:g} with 95 % confidence "
+        f"(that needs at least {samples_needed(target)} accepted candidates, all right)"
+    )
+
+
+def describe_kept(results: Mapping[str, Calibration]) -> str | None:
+    """The warning the calibrate command prints when some intents could not be fitted."""
+    kept = [c.intent for c in results.values() if not c.fitted]
+    if not kept:
+        return None
+    return (
+        f"warning: too few samples for the false-hit target in {len(kept)} of {len(results)} intents "
+        f"({', '.join(kept)}): their thresholds stay as the template has them"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +292,13 @@ def fold_of(conversation: str, folds: int) -> int:
 
 
 def held_out(
-    rows: Sequence[Row], *, folds: int = 2, target: float = 1e-3, floor: float = 0.80, min_samples: int = 30
+    rows: Sequence[Row],
+    *,
+    template: Policy | None = None,
+    folds: int = 2,
+    target: float = 1e-3,
+    floor: float = 0.80,
+    min_samples: int = 30,
 ) -> HeldOut:
     """K-fold by conversation: calibrate on the other folds, serve this one. Thresholds set just above
     the worst false candidate look perfect on their own data; this shows whether they generalise."""
@@ -223,18 +307,25 @@ def held_out(
     for k in range(folds):
         train = [r for r in rows if fold_of(r.conversation, folds) != k]
         test = [r for r in rows if fold_of(r.conversation, folds) == k]
-        chosen = calibrate(train, target=target, floor=floor, min_samples=min_samples)
+        chosen = calibrate(train, template=template, target=target, floor=floor, min_samples=min_samples)
         verified = calibrate_verifier(train, target=target, min_samples=min_samples)
         previous = calibrate_verifier(train, target=target, min_samples=min_samples, setting="verify_previous")
-        unseen = max((c.accept for c in chosen.values()), default=0.999)  # an intent absent from training
+        # an intent absent from training serves at the template's accept (else the strictest chosen)
+        unseen = max((c.accept for c in chosen.values()), default=0.999)
         reusable += sum(r.session_reusable and not r.expect_no_hit for r in test)
         for r in test:
-            if _served(r, chosen.get(r.intent), verified.get(r.intent), unseen, previous.get(r.intent)):
+            cal = chosen.get(r.intent) or (_template_calibration(r.intent, template) if template else None)
+            if _served(r, cal, verified.get(r.intent), unseen, previous.get(r.intent)):
                 bad = _is_false(r)
                 hits, false = hits + 1, false + bad
                 per[r.intent][0] += 1
                 per[r.intent][1] += bad
     return HeldOut(folds, hits, false, reusable, {k: (v[0], v[1]) for k, v in sorted(per.items())})
+
+
+def _template_calibration(intent: str, template: Policy) -> Calibration:
+    accept, candidate, note = _kept(intent, template)
+    return Calibration(intent, accept, candidate, 0, 0, 0, 1.0, 0, 0.0, note, fitted=False)
 
 
 def _served(
@@ -299,7 +390,8 @@ def write_policy(
     header = [
         f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
         *[f"#   {t}" for t in traces],
-        "# Per intent: samples = requests whose best candidate passed the nets.",
+        "# Per intent: samples = requests whose best candidate passed the nets. An intent whose",
+        "# data cannot show the target keeps the template's thresholds (said at the intent).",
         "",
     ]
     top = {"version": version, **{k: v for k, v in content.items() if k != "intents"}}
@@ -320,7 +412,10 @@ def _calibrated_intent(
     lines = []
     for setting in VERIFY_SETTINGS:
         body.pop(setting, None)
-    if cal is not None:
+    if cal is not None and not cal.fitted:
+        lines.append(f"  # {name}: {cal.samples} samples; thresholds left as they were")
+        lines.append(f"  # {cal.note}")
+    elif cal is not None:
         body["accept"], body["candidate"] = cal.accept, cal.candidate
         lines.append(
             f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "

@@ -51,7 +51,7 @@ def print_calibration(results: Mapping[str, Calibration], console: Console | Non
     for c in results.values():
         table.add_row(
             c.intent,
-            f"{c.accept:.4f}",
+            f"{c.accept:.4f}" if c.fitted else f"{c.accept:.4f} (template)",
             f"{c.candidate:.4f}",
             str(c.samples),
             str(c.hits),

@@ -74,17 +74,18 @@ def test_held_out_serves_verified_intents_by_probability() -> None:
 def test_calibrate_writes_a_new_policy_version(tmp_path: Path) -> None:
     template = load_policy(DEFAULT_POLICY).version
     out = tmp_path / "calibrated.yaml"
-    rows = [row("travel", None, True, score=0.97)] * 40
-    version = write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=1e-3)
+    rows = [row("travel", None, True, score=0.97)] * 200
+    version = write_policy(DEFAULT_POLICY, out, calibrate(rows, target=0.02), traces=["t.jsonl"], target=0.02)
     written = load_policy(out)
     assert written.version == version != template
     assert version.startswith(template)
     # the same calibration again: the same version; recalibrating its output replaces the digest
-    again = write_policy(DEFAULT_POLICY, tmp_path / "again.yaml", calibrate(rows, min_samples=5), traces=["t"],
-                         target=1e-3)  # fmt: skip
+    again = write_policy(DEFAULT_POLICY, tmp_path / "again.yaml", calibrate(rows, target=0.02), traces=["t"],
+                         target=0.02)  # fmt: skip
     assert again == version
-    other = [*rows, row("travel", None, False, score=0.95)]  # a false candidate raises travel's accept
-    recalibrated = write_policy(out, tmp_path / "re.yaml", calibrate(other, min_samples=5), traces=["t"], target=1e-3)
+    # false candidates among the 0.97s raise travel's accept to the 0.99s
+    other = [*rows, *[row("travel", None, False, score=0.97)] * 5, *[row("travel", None, True, score=0.99)] * 200]
+    recalibrated = write_policy(out, tmp_path / "re.yaml", calibrate(other, target=0.02), traces=["t"], target=0.02)
     assert recalibrated != version and recalibrated.count("+cal.") == 1 and recalibrated.startswith(template)
 
 
