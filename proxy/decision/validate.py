@@ -3,7 +3,10 @@
 Key facts are extracted once, when an answer is written, and stored as JSON on its record;
 constraints come from the request's entities (its coarse tags) at serve time. Checks are hard rules:
 a price above the budget, a date or place that differs, a list of 3 when 5 were asked fail.
-An answer that states nothing checkable passes: it has nothing to contradict.
+An answer that states nothing checkable passes: it has nothing to contradict. Lists are counted
+the way people write them: numbered ("1." "1)" "(1)" "1、" "一、" "①"), bulleted ("-" "*" "•"),
+or on one line ("1) a 2) b 3) c", "Day 1 … Day 2 … Day 3"). The count check runs for every
+intent (ALWAYS_CHECKED); the policy's `validate` list picks the others.
 """
 
 from __future__ import annotations
@@ -19,14 +22,35 @@ from proxy.text.normalize import NormalText, Segmenter, default_segmenter, norma
 from proxy.text.numbers import extract_numbers
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
+# Checked for every intent, whatever its policy's `validate` list: a number of items, sentences or
+# paragraphs is the request's own explicit constraint, and the check fails only on an answer that
+# plainly holds another number (a list of 3 for "list 5"); an answer with no countable list passes.
+# The list chooses the checks that need the intent's judgement (a budget, dates, places).
+ALWAYS_CHECKED: Final = frozenset({"counts"})
 
 _MONEY_SLOTS: Final = frozenset({"budget", "price"})
+# circled, parenthesised and negative circled numbers (①, ⑴, ❶): a list's numbering, whatever the line holds
+_ENCLOSED: Final = {
+    **{chr(0x2460 + i): i + 1 for i in range(20)},
+    **{chr(0x2474 + i): i + 1 for i in range(20)},
+    **{chr(0x2776 + i): i + 1 for i in range(10)},
+}
+_ENCLOSED_CLASS: Final = "\u2460-\u2473\u2474-\u2487\u2776-\u277f"
 _NUMBERED: Final = re.compile(
-    r"^(?P<indent>\s*)(?:[#>*_\s]*)(?:\d{1,2}[.)、:：]|\(\d{1,2}\)|（\d{1,2}）|[一二三四五六七八九十]{1,3}[、.])(?!\d)\s*\S"
+    r"^(?P<indent>\s*)(?:[#>*_\s]*)(?:\d{1,2}[.)、:：]|\(\d{1,2}\)|（\d{1,2}）|[一二三四五六七八九十]{1,3}[、.]"
+    rf"|[{_ENCLOSED_CLASS}])(?!\d)\s*\S"
 )
 _BULLET: Final = re.compile(r"^(?P<indent>\s*)[-*•·+]\s+\S")
-_ITEM_NUMBER: Final = re.compile(r"\d{1,2}|[一二三四五六七八九十]{1,3}")
+_ITEM_NUMBER: Final = re.compile(rf"\d{{1,2}}|[一二三四五六七八九十]{{1,3}}|[{_ENCLOSED_CLASS}]")
+# an item marker inside a line ("1) a 2) b", "1、西湖 2、灵隐寺", "①早睡 ②早起"): after the line's start,
+# a space or punctuation, and not a decimal ("1.5") or a time
+_INLINE_MARKER: Final = re.compile(
+    r"(?:^|(?<=[\s:：,，;；。.!?！？(（]))(?:(\d{1,2})[.)、](?![\d.])|\((\d{1,2})\)|（(\d{1,2})）)"
+    rf"|([{_ENCLOSED_CLASS}])"
+)
+_INLINE_BULLET: Final = re.compile(r"(?:^|(?<=\s))•")
 _DAY_HEADER: Final = re.compile(r"^[\s#>*_\-|]*(?:\d{1,2}[.)、]\s*)?(?:day\s?-?(\d{1,2})\b|第(\d{1,2})天|d(\d{1,2})\b)")
+_DAY_INLINE: Final = re.compile(r"\bday\s?-?(\d{1,2})\b|第(\d{1,2})天")
 _SENTENCE_END: Final = re.compile(r"[.!?](?:\s|$)|[。！？]")
 
 
@@ -74,8 +98,15 @@ class KeyFacts:
 
 
 def _list_items(lines: list[str]) -> int:
-    """Top-level items: numbered lines at the shallowest indent (their highest number when the
-    numbering is the list's own), else bullets at the shallowest indent."""
+    """Top-level items, counted the way people write them: numbered lines at the shallowest
+    indent ("1." "1)" "(1)" "1、" "一、" "①"; their highest number when the numbering is the list's
+    own), else bullets at the shallowest indent ("-" "*" "•"), else a list written on one line:
+    its markers numbered 1, 2, 3 … in order, or two or more "•"."""
+    by_line = _line_items(lines)
+    return by_line if by_line >= 2 else max([by_line, *(_inline_items(line) for line in lines)])
+
+
+def _line_items(lines: list[str]) -> int:
     for pattern in (_NUMBERED, _BULLET):
         matches = [m for m in map(pattern.match, lines) if m]
         if not matches:
@@ -90,10 +121,32 @@ def _list_items(lines: list[str]) -> int:
     return 0
 
 
+def _inline_items(line: str) -> int:
+    numbers = [int(next(g for g in m.groups()[:3] if g)) if not m.group(4) else _ENCLOSED[m.group(4)]
+               for m in _INLINE_MARKER.finditer(line)]  # fmt: skip
+    run = _run_from_one(numbers)
+    if run >= 2:
+        return run
+    bullets = len(_INLINE_BULLET.findall(line))
+    return bullets if bullets >= 2 else 0
+
+
+def _run_from_one(numbers: Sequence[int]) -> int:
+    """How far 1, 2, 3 … runs through ``numbers`` in order (other numbers between are skipped):
+    an enumeration, not a number that happens to sit after a full stop."""
+    expected = 1
+    for n in numbers:
+        if n == expected:
+            expected += 1
+    return expected - 1
+
+
 def _item_number(line: str) -> int:
     match = _ITEM_NUMBER.search(line)
     assert match is not None
     text = match.group()
+    if text in _ENCLOSED:  # before isdigit(), which "①" passes
+        return _ENCLOSED[text]
     if text.isdigit():
         return int(text)
     tens, _, ones = text.rpartition("十") if "十" in text else ("", "", text)
@@ -103,8 +156,14 @@ def _item_number(line: str) -> int:
 
 
 def _day_sections(norm_lines: Sequence[str]) -> int:
+    """The highest "Day N" / "第N天" header starting a line; with fewer than two such headers, an
+    itinerary written on one line ("Day 1 … Day 2 … Day 3 …") counts its days numbered in order."""
     days = [int(next(g for g in m.groups() if g)) for m in map(_DAY_HEADER.match, norm_lines) if m]
-    return max(days, default=0)
+    if len(days) >= 2:
+        return max(days)
+    inline = [int(next(g for g in m.groups() if g)) for line in norm_lines for m in _DAY_INLINE.finditer(line)]
+    run = _run_from_one(inline)
+    return run if run >= 2 else max(days, default=0)
 
 
 def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -> KeyFacts:
@@ -238,6 +297,8 @@ _CHECKS: Final = {"budget": _check_budget, "dates": _check_dates, "counts": _che
 def validate_answer(
     facts: KeyFacts, constraints: Constraints, checks: Collection[str] = ALL_CHECKS
 ) -> ValidationResult:
-    """Run the named checks ("budget", "dates" (with trip length), "counts", "entities")."""
-    failures = tuple(f for name in ALL_CHECKS if name in checks for f in _CHECKS[name](facts, constraints))
+    """Run the named checks ("budget", "dates" (with trip length), "counts", "entities"), and
+    "counts" whatever ``checks`` names (ALWAYS_CHECKED)."""
+    wanted = {*checks, *ALWAYS_CHECKED}
+    failures = tuple(f for name in ALL_CHECKS if name in wanted for f in _CHECKS[name](facts, constraints))
     return ValidationResult(ok=not failures, failures=failures)

@@ -508,3 +508,11 @@ def test_the_exact_repeat_comes_before_a_nearer_candidate_and_still_meets_answer
         [make_candidate(record=three)], make_sig("give me 5 tips for packing", entities=FIVE_TIPS), make_policy()
     )
     assert (d.status, d.reason) == (Status.MISS, Reason.VALIDATION_FAILED)
+
+
+def test_the_count_a_request_asks_for_is_checked_whatever_the_intents_validate_list() -> None:
+    """Issue 38.5: chitchat validates nothing, and 'List 5 tips' was served a 3-item answer."""
+    record = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts={"list_items": 3})
+    sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS)
+    d = decide([make_candidate(record=record)], sig, make_policy(validate=()))
+    assert (d.status, d.reason, d.failed_checks) == (Status.MISS, Reason.VALIDATION_FAILED, ("count:3!=5",))

@@ -79,12 +79,71 @@ def test_validate_answer(answer: str, request_text: str, ok: bool, failure: str 
         assert result.failures == ()
 
 
-def test_only_requested_checks_run() -> None:
+def test_only_requested_checks_run_and_the_count_asked_for_always() -> None:
+    """Issue 38.5: 'List 5 tips' was served a 3-item answer under chitchat, which validates
+    nothing. The count the request asks for is its own explicit constraint: checked whatever the
+    intent's list says; the list chooses the rest."""
     facts = extract_key_facts(LAPTOPS_7500_9000)
     constraints = extract_constraints("推荐五款编程轻薄本，预算八千以内")
     assert validate_answer(facts, constraints, ("counts",)).failures == ("count:3!=5",)
-    assert validate_answer(facts, constraints, ("budget",)).failures == ("budget:8999>8000",)
-    assert validate_answer(facts, constraints, ()).ok
+    assert validate_answer(facts, constraints, ("budget",)).failures == ("budget:8999>8000", "count:3!=5")
+    assert validate_answer(facts, constraints, ()).failures == ("count:3!=5",)
+    assert validate_answer(facts, extract_constraints("推荐编程轻薄本，预算八千以内"), ()).ok
+    tips = extract_key_facts("1. Keep a schedule\n2. Avoid caffeine\n3. Keep the room dark")
+    assert validate_answer(tips, extract_constraints("List 5 tips for better sleep"), ()).failures == ("count:3!=5",)
+
+
+@pytest.mark.parametrize(
+    ("answer", "items"),
+    [
+        pytest.param("1. a\n2. b\n3. c", 3, id="numbered-dot"),
+        pytest.param("1) a\n2) b\n3) c\n4) d", 4, id="numbered-paren"),
+        pytest.param("(1) a\n(2) b", 2, id="parenthesised"),
+        pytest.param("一、早睡\n二、早起\n三、运动", 3, id="zh-numerals"),
+        pytest.param("① 早睡\n② 早起\n③ 运动\n④ 喝水\n⑤ 读书", 5, id="circled"),
+        pytest.param("⑴ a\n⑵ b\n⑶ c", 3, id="parenthesised-digits"),
+        pytest.param("❶ a\n❷ b", 2, id="negative-circled"),
+        pytest.param("- a\n- b\n- c", 3, id="dash"),
+        pytest.param("* a\n* b", 2, id="star"),
+        pytest.param("• a\n• b\n• c\n• d", 4, id="bullet"),
+        pytest.param("1. a\n   - x\n   - y\n2. b", 2, id="nested-bullets-not-counted"),
+        pytest.param("Here are tips: 1) a 2) b 3) c 4) d 5) e", 5, id="inline-paren"),
+        pytest.param("Tips: (1) a (2) b (3) c", 3, id="inline-parenthesised"),
+        pytest.param("推荐：1、西湖 2、灵隐寺 3、龙井", 3, id="inline-zh-comma"),
+        pytest.param("①早睡 ②早起 ③运动", 3, id="inline-circled"),
+        pytest.param("• a • b • c • d", 4, id="inline-bullets"),
+        pytest.param("Meet at 10:30. Then 1. first, 2. second and 3. third.", 3, id="inline-after-a-time"),
+        pytest.param("It costs 1.5 dollars and weighs 2.3 kg.", 0, id="decimals-are-not-items"),
+        pytest.param("Chapter 2. It begins.", 0, id="a-lone-number-is-not-a-list"),
+        pytest.param("Apples, bananas and cherries.", 0, id="a-comma-list-is-not-counted"),
+    ],
+)
+def test_list_items_are_counted_the_way_people_write_them(answer: str, items: int) -> None:
+    assert extract_key_facts(answer).list_items == items
+
+
+@pytest.mark.parametrize(
+    ("answer", "days"),
+    [
+        pytest.param(EN_3_DAYS, 3, id="headers"),
+        pytest.param(HANGZHOU_3_DAYS, 3, id="zh-headers"),
+        pytest.param("Day 1: West Lake. Day 2: Lingyin Temple. Day 3: tea fields.", 3, id="one-line"),
+        pytest.param("Day 1 Louvre, Day 2 Eiffel Tower, Day 3 Versailles", 3, id="one-line-no-colon"),
+        pytest.param("第一天：西湖 第二天：灵隐寺 第三天：龙井", 3, id="zh-one-line"),
+        pytest.param("Day 1: arrive.\nRest well; on day 2 and day 3 we hike.", 3, id="header-then-inline"),
+        pytest.param("Day 1: arrive and rest.", 1, id="one-day"),
+        pytest.param("You will be tired on day 2.", 0, id="a-mention-is-not-an-itinerary"),
+    ],
+)
+def test_day_sections_are_counted_on_one_line_too(answer: str, days: int) -> None:
+    """Issue 38.5: a one-line 'Day 1 … Day 3' itinerary was rejected for a 3-day request."""
+    assert extract_key_facts(answer).day_sections == days
+
+
+def test_a_one_line_itinerary_meets_the_trip_length_it_states() -> None:
+    facts = extract_key_facts("Day 1: West Lake. Day 2: Lingyin Temple. Day 3: tea fields.")
+    assert validate_answer(facts, extract_constraints("Plan a 3-day trip to Hangzhou")).ok
+    assert validate_answer(facts, extract_constraints("Plan a 5-day trip to Hangzhou")).failures == ("duration:3!=5",)
 
 
 def test_key_facts_of_a_priced_list() -> None:
