@@ -268,7 +268,7 @@ class SemanticCache:
         and, within the intent's ``repeats_widen_to``, the record of this very conversation asked in
         another session, whatever pool it was written to. ``repeats_only``: that record alone
         (a turn that left its topic is judged on nothing else)."""
-        namespace = request.controls.namespace or ""
+        namespace = request.record_namespace  # the caller's, and the parameters that shape the answer
 
         def admit(label: int) -> bool:
             key = self.pools.keys.get(label)
@@ -301,8 +301,8 @@ class SemanticCache:
                 continue
             if not (visible(r, who, policy.widen_to) if at < near else _repeated(r, sig, who, policy)):
                 continue
-            if r.cut_at is not None and (r.cut_at != request.answer_cap or r.request_hash != sig.request_hash):
-                continue  # cut at a token limit: the answer to this very request at that limit alone
+            if not fits_limit(r, request.answer_cap, sig.request_hash):
+                continue
             if r.state == "ready" and r.feedback_score >= policy.feedback_floor:
                 same = r.tenant == who.tenant and r.session == who.session
                 gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
@@ -410,7 +410,7 @@ class SemanticCache:
             user=who.user,
             scope=_write_scope(policy, sig, request),
             session=who.session,
-            namespace=request.controls.namespace or "",
+            namespace=request.record_namespace,
             context_fingerprint=sig.context_fingerprint,
             intent=sig.tags.intent,
             coarse_tags={**sig.record_tags(), **({} if cap is None else {CUT_AT: cap})},
@@ -471,6 +471,17 @@ class SemanticCache:
 
 
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
+
+
+def fits_limit(record: Record, cap: int | None, request_hash: str) -> bool:
+    """May the record answer a request limited to ``cap`` tokens? An answer cut at a limit
+    (``cut_at``) is the answer to that very request at that limit alone, never to one allowing
+    more; a whole answer is one for a request with a limit only when it is known to fit in it (the
+    engine would have cut a longer one; a count the upstream did not report fits no limit), and
+    for any request without."""
+    if record.cut_at is not None:
+        return record.cut_at == cap and record.request_hash == request_hash
+    return cap is None or 0 < record.completion_tokens <= cap
 
 
 def nearest_of_both(own: Hits, wider: Hits, k: int) -> Hits:

@@ -191,6 +191,10 @@ class Reason(StrEnum):
     TOOLS = "tools"
     NO_USER_TURN = "no_user_turn"
     TOO_LONG = "too_long"  # more text than the cache reads (MAX_CACHEABLE_CHARS): forwarded uncached
+    # a parameter asks for what a cache cannot give (proxy.openai.params)
+    AUDIO_OUTPUT = "audio_output"  # an audio answer: the cache keeps text
+    WEB_SEARCH = "web_search"  # an answer read from the web at the time of asking
+    HIGH_TEMPERATURE = "high_temperature"  # more variety than the default sampling: a new answer each time
     # the session or the policy rules it out before any lookup
     SESSION_RESET = "session_reset"
     INTENT_DISABLED = "intent_disabled"

@@ -17,6 +17,7 @@ import orjson
 
 from proxy.errors import InvalidRequest
 from proxy.model import Reason
+from proxy.openai.params import AnswerParams, read_params
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -24,6 +25,9 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 # many characters the request is forwarded uncached rather than read, so one huge body cannot
 # hold the proxy for seconds (and a repeat of such a request is rare).
 MAX_CACHEABLE_CHARS = 32_768
+# between a caller's namespace and the digest of the parameters that shape the answer, in the
+# namespace a record is kept under; a caller's own namespace may not contain it (control characters)
+PARAMS_SEPARATOR = "\x1f"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,17 @@ class ChatRequest:
     controls: CacheControls = field(default_factory=CacheControls)
     bypass_reason: Reason | None = None
     user: str | None = None
+    # the digest of the parameters that shape the answer (proxy.openai.params); "" for none
+    shaping: str = ""
+
+    @property
+    def record_namespace(self) -> str:
+        """The pool a record is written to and looked up in: the caller's ``cache.namespace`` and
+        the parameters that shape the answer, so an answer is served only to a request that asked
+        for it in the same form (a JSON-mode request never gets the prose answer). A plain request's
+        is its namespace alone, as before the parameters were read."""
+        namespace = self.controls.namespace or ""
+        return f"{namespace}{PARAMS_SEPARATOR}{self.shaping}" if self.shaping else namespace
 
     @property
     def system_text(self) -> str:
@@ -91,6 +106,7 @@ def parse_chat_request(raw: bytes, *, cache_control: str | None = None) -> ChatR
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     include_usage = bool(stream_options and stream_options.get("include_usage"))
+    params = read_params(body)
     controls = merge_controls(_parse_body_controls(body.get("cache")), parse_cache_control(cache_control))
     forward = {k: v for k, v in body.items() if k != "cache"}
     user = body.get("user") if isinstance(body.get("user"), str) else None
@@ -103,8 +119,9 @@ def parse_chat_request(raw: bytes, *, cache_control: str | None = None) -> ChatR
         include_usage=include_usage,
         forward_body=forward,
         controls=controls,
-        bypass_reason=_bypass_reason(body, messages),
+        bypass_reason=_bypass_reason(body, messages, params),
         user=user,
+        shaping=params.digest,
     )
 
 
@@ -169,7 +186,7 @@ def _optional_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def _bypass_reason(body: Mapping[str, Any], messages: Sequence[Message]) -> Reason | None:
+def _bypass_reason(body: Mapping[str, Any], messages: Sequence[Message], params: AnswerParams) -> Reason | None:
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise InvalidRequest("'n' must be a positive integer", param="n")
@@ -177,6 +194,8 @@ def _bypass_reason(body: Mapping[str, Any], messages: Sequence[Message]) -> Reas
         return Reason.N_ABOVE_ONE
     if body.get("logprobs") or body.get("top_logprobs"):
         return Reason.LOGPROBS
+    if params.bypass is not None:
+        return params.bypass
     if any(m.non_text for m in messages):
         return Reason.NON_TEXT_CONTENT
     if body.get("tools") or body.get("functions") or any(m.tool_related for m in messages):
@@ -203,8 +222,13 @@ def _parse_body_controls(value: Any) -> CacheControls:
     if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0):
         raise InvalidRequest("'cache.ttl' must be a non-negative integer (seconds)", param="cache.ttl")
     namespace = value.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or len(namespace) > 128):
-        raise InvalidRequest("'cache.namespace' must be a string of at most 128 characters", param="cache.namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or len(namespace) > 128 or any(c < " " or c == "\x7f" for c in namespace)
+    ):
+        raise InvalidRequest(
+            "'cache.namespace' must be a string of at most 128 characters, none of them a control character",
+            param="cache.namespace",
+        )
     return CacheControls(bool(value.get("no_cache")), bool(value.get("no_store")), ttl, namespace)
 
 

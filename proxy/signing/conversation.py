@@ -85,8 +85,11 @@ _WORDS_ONLY = re.compile(r"[\W_]+")
 
 
 def request_hash(request: ChatRequest) -> str:
-    """Exact identity of a request's conversation: the same bytes re-sent is a regenerate."""
-    material = orjson.dumps([request.model, [[m.role, m.text] for m in request.messages]])
+    """Exact identity of a request's conversation and of the parameters that shape its answer
+    (``ChatRequest.shaping``, absent for a plain request): the same bytes re-sent is a regenerate;
+    the same conversation asked in JSON mode is another request."""
+    said = [request.model, [[m.role, m.text] for m in request.messages]]
+    material = orjson.dumps([*said, request.shaping] if request.shaping else said)
     return hashlib.sha256(material).hexdigest()[:32]
 
 

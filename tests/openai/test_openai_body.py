@@ -90,10 +90,37 @@ def test_a_conversation_longer_than_the_cache_reads_is_forwarded_uncached() -> N
         ({}, None),
         ({"max_tokens": 96}, 96),
         ({"max_completion_tokens": 64, "max_tokens": 96}, 64),  # the newer name wins, as upstream
-        ({"max_tokens": 0}, None),
-        ({"max_tokens": True}, None),
-        ({"max_tokens": "96"}, None),
+        ({"max_tokens": None}, None),  # a limit that is not a positive integer is refused (test_params)
     ],
 )
 def test_the_answer_cap_is_the_requests_own_token_limit(kw: dict[str, object], cap: int | None) -> None:
     assert parse_chat_request(body(**kw)).answer_cap == cap
+
+
+def test_the_parameters_that_shape_the_answer_name_the_records_pool_and_still_go_upstream() -> None:
+    plain = parse_chat_request(body(cache={"namespace": "ns"}, temperature=0.2))
+    assert (plain.shaping, plain.record_namespace) == ("", "ns")
+    json_mode = parse_chat_request(body(cache={"namespace": "ns"}, response_format={"type": "json_object"}))
+    assert json_mode.shaping and json_mode.record_namespace == "ns\x1f" + json_mode.shaping
+    assert json_mode.forward_body["response_format"] == {"type": "json_object"}
+    assert parse_chat_request(body(seed=7)).record_namespace == "\x1f" + parse_chat_request(body(seed=7)).shaping
+
+
+@pytest.mark.parametrize("namespace", ["a\x1fb", "line\nbreak", "\x7f"])
+def test_a_namespace_with_a_control_character_is_refused(namespace: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(cache={"namespace": namespace}))
+    assert caught.value.param == "cache.namespace"
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"temperature": 1.5}, "high_temperature"),
+        ({"modalities": ["text", "audio"]}, "audio_output"),
+        ({"web_search_options": {}}, "web_search"),
+        ({"n": 2, "temperature": 1.5}, "n>1"),  # the request's own shape is named first
+    ],
+)
+def test_parameters_that_ask_for_what_a_cache_cannot_give_bypass_it(kw: dict[str, object], reason: str) -> None:
+    assert parse_chat_request(body(**kw)).bypass_reason == reason
