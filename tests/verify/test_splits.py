@@ -160,3 +160,48 @@ def test_pair_rows_asked_in_one_session_keep_their_label() -> None:
     for p in out:
         i = int(p.b.question[1:])
         assert p.a == PairSide(f"r{i}", f"q{i}") and p.b == PairSide(f"q{i}") and p.label == i % 2
+
+
+def test_later_sets_split_around_the_first_without_moving_them() -> None:
+    from proxy.tools.verifier.splits import LARGE, split_added
+
+    base = split_pairs([pair(f"b{i}", f"b{i}x") for i in range(300)], seed=0)
+    before = {name: list(rows) for name, rows in base.items()}
+    test_text = base["test"][0].a.question
+    calib_text = base["calib"][0].a.question
+    added = [pair(test_text, "new-t"), pair(calib_text, "new-c"), *(pair(f"n{i}", f"n{i}y") for i in range(200))]
+    # a component past LARGE texts: its rows are assigned one by one, those touching held-out texts left out
+    hub = [pair("hub", f"spoke{i}") for i in range(LARGE + 5)] + [pair("spoke0", base["test"][1].a.question)]
+    out = split_added(added + hub, 0, base, held_out=["n0"])
+    assert base == before
+    where = {(p.a.question, p.b.question): name for name, rows in out.items() for p in rows}
+    assert where[(test_text, "new-t")] == "test" and where[(calib_text, "new-c")] == "calib"
+    assert where[("n0", "n0y")] == "test"
+    assert ("spoke0", base["test"][1].a.question) not in where and where[("hub", "spoke3")] == "train"
+    assert {"train", "calib", "test"} <= set(where.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "changed", "label"),
+    [
+        ("为什么我的花呗能用", "为什么我的花呗不能用", 0),
+        ("Why can I log in?", "Why can't I log in?", 0),
+        ("从北京到上海的高铁多少钱", "从上海到北京的高铁多少钱", 0),
+        ("Is Python faster than Java?", "Is Java faster than Python?", 0),
+        ("What is the difference between TCP and UDP?", "What is the difference between UDP and TCP?", 1),
+    ],
+)
+def test_generated_pairs_keep_the_words_and_say_whether_the_meaning_moved(text: str, changed: str, label: int) -> None:
+    from proxy.tools.verifier.generated import negated, roles_swapped
+
+    rng = random.Random(0)
+    assert negated(text, rng) == (changed, label) or roles_swapped(text, rng) == (changed, label)
+
+
+def test_yes_no_questions_are_not_negated_and_a_place_swap_names_another_place() -> None:
+    from proxy.tools.verifier.generated import negated, place_swapped
+
+    rng = random.Random(0)
+    assert negated("花呗可以分期吗", rng) is None  # 不可以分期吗 asks the same
+    swapped = place_swapped("杭州的天气怎么样", rng)
+    assert swapped is not None and swapped[1] == 0 and "杭州" not in swapped[0] and swapped[0].endswith("的天气怎么样")

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from proxy.tools.datasets.dialogues import crosswoz_dialogues, gecor_followups, kvret_rewrites, mtbench_followups
-from proxy.tools.datasets.pairs import pawsx_pairs, qqp_pairs
+from proxy.tools.datasets.pairs import pawsx_pairs, qqp_pairs, zh_calib_pairs
 from proxy.tools.datasets.probes import realtime_probes
 from proxy.tools.datasets.traces import Conversation, consistent, write_traces
 
@@ -19,6 +19,7 @@ CONVERTERS: Mapping[str, Callable[[Path, random.Random, int], list[Conversation]
     {
         "qqp_pairs": qqp_pairs,
         "pawsx_pairs": pawsx_pairs,
+        "zh_calib_pairs": zh_calib_pairs,
         "gecor_followups": gecor_followups,
         "kvret_rewrites": kvret_rewrites,
         "crosswoz_dialogues": crosswoz_dialogues,

@@ -143,3 +143,16 @@ def pawsx_pairs(data_dir: Path, rng: random.Random, limit: int) -> list[Conversa
     return _pair_convs(
         lines, _parse_pawsx, "pawsx", ZH_SYSTEM, rng, limit, held_out(data_dir), verifier_trained(data_dir)
     )
+
+
+# Chat-like Chinese sets whose calibration split (never trained on: Platt scaling reads it) gives
+# the verifier's levels Chinese questions to be fitted on; their test splits stay for measuring.
+ZH_CALIB_SOURCES = ("oppo", "lcqmc", "afqmc", "atec_part1", "bq_train")
+
+
+def zh_calib_pairs(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:
+    """Chinese pairs of the verifier's calibration split (``ZH_CALIB_SOURCES``), asked as
+    ``_pair_convs`` asks them."""
+    rows = split_pair_sets(data_dir, _split_seed(DEFAULT_WEIGHTS), eval_rows(data_dir))["calib"]
+    lines = [f"{p.a.question}\t{p.b.question}\t{p.label}" for p in rows if p.source in ZH_CALIB_SOURCES]
+    return _pair_convs(lines, _parse_pawsx, "zh_calib", ZH_SYSTEM, rng, limit, held_out(data_dir), frozenset())

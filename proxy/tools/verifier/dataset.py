@@ -19,8 +19,8 @@ from typing import Any
 
 from proxy.tools.verifier.heldout import EVAL_SEED, EvalRows, eval_rows
 from proxy.tools.verifier.mining import mine
-from proxy.tools.verifier.pairs import PAIR_SETS, LabeledPair, load_pair_set, text_key
-from proxy.tools.verifier.splits import FRACTIONS, RULE, Split, split_pairs
+from proxy.tools.verifier.pairs import ADDED_SETS, PAIR_SETS, LabeledPair, load_pair_set, text_key
+from proxy.tools.verifier.splits import ADDED_RULE, FRACTIONS, RULE, Split, split_added, split_pairs
 from proxy.verify import PairSide
 
 __all__ = ["Splits", "asked_in_session", "build_splits", "manifest", "numbers_changed", "sample", "split_pair_sets"]
@@ -41,7 +41,9 @@ class Splits:
 def split_pair_sets(data: Path, seed: int, held_out: EvalRows) -> dict[Split, list[LabeledPair]]:
     """The context-free pair sets alone, split by text component (no mined conversation pairs)."""
     pairs = [p for name in PAIR_SETS for p in load_pair_set(name, data)]
-    return split_pairs(pairs, seed, held_out.texts)
+    base = split_pairs(pairs, seed, held_out.texts)
+    added = split_added([p for name in ADDED_SETS for p in load_pair_set(name, data)], seed, base, held_out.texts)
+    return {split: base[split] + added[split] for split in base}
 
 
 def build_splits(data: Path, seed: int, eval_dir: Path | None = None) -> Splits:
@@ -103,6 +105,7 @@ def manifest(splits: Splits, trained: Sequence[LabeledPair], calibrated: Sequenc
     return {
         "seed": splits.seed,
         "rule": RULE,
+        "added_rule": ADDED_RULE,
         "fractions": dict(FRACTIONS),
         "eval_exclusion": f"build_dev_traces.py functions run with random.Random({EVAL_SEED}); "
         f"{len(splits.held_out.texts)} texts, {len(splits.held_out.dialogue_prefixes)} dialogues forced to test",

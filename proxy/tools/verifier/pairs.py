@@ -16,7 +16,7 @@ from pathlib import Path
 
 from proxy.verify import PairSide
 
-__all__ = ["PAIR_SETS", "LabeledPair", "load_pair_set", "text_key"]
+__all__ = ["ADDED_SETS", "PAIR_SETS", "LabeledPair", "load_pair_set", "text_key"]
 
 # name -> path under the data dir; the QQP file is four parts concatenated in order
 PAIR_SETS = {
@@ -27,6 +27,16 @@ PAIR_SETS = {
     "stsb": "zh_pairs/stsb_zh.train.tsv",
     "stsb_valid": "zh_pairs/stsb_zh.valid.tsv",
     "qqp": "gptcache_similar_qqp/similiar_qqp_full.part0{0,1,2,3}.jsonl",
+}
+# Sets staged later (each folder's SOURCE.txt): split after PAIR_SETS and around them, so the
+# test rows of the sets above, and the digests that pin them, do not move (splits.split_added).
+ADDED_SETS = {
+    "bq_train": ("bq_corpus/train.tsv",),
+    "afqmc": ("afqmc/train.tsv", "afqmc/dev.tsv"),
+    "atec_part1": ("atec_part1/train.tsv",),
+    "oppo": ("oppo_xiaobu/train.tsv",),
+    "covid": ("covid_qpairs/train.tsv", "covid_qpairs/dev.tsv"),
+    "mrpc": ("mrpc/train.tsv",),
 }
 _NON_WORD = re.compile(r"[\W_]+")
 
@@ -71,7 +81,12 @@ def _label(name: str, raw: str) -> int | None:
 
 
 def load_pair_set(name: str, data: Path) -> list[LabeledPair]:
-    rows = _qqp(data) if name == "qqp" else _tsv(data / PAIR_SETS[name])
+    if name == "qqp":
+        rows: Iterator[tuple[str, str, str]] = _qqp(data)
+    elif name in ADDED_SETS:
+        rows = (row for path in ADDED_SETS[name] for row in _tsv(data / path))
+    else:
+        rows = _tsv(data / PAIR_SETS[name])
     out = []
     for a, b, raw in rows:
         label = _label(name, raw)

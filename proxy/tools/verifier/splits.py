@@ -14,12 +14,13 @@ the same words under another context, so the words alone cannot be the unit.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from proxy.tools.verifier.pairs import LabeledPair, text_key
 
-__all__ = ["FRACTIONS", "RULE", "Split", "split_of", "split_pairs", "unit_fraction"]
+__all__ = ["ADDED_RULE", "FRACTIONS", "RULE", "Split", "split_added", "split_of", "split_pairs", "unit_fraction"]
 
 Split = Literal["train", "calib", "test"]
 # cumulative upper bounds of [0, 1): test first, so a larger train share never moves test rows
@@ -31,6 +32,18 @@ RULE = (
     "components holding a replay-trace text go to test. Mined sets: the same u over "
     "f'{seed}|{source}|{dialogue id}', pairs mined only among dialogues of one split; "
     "dialogues used by the replay traces go to test."
+)
+
+
+# BQ's training pairs reuse texts so often that most of them form one component: drawn as one
+# unit it would land whole in one split. Past this size rows are assigned one by one instead.
+LARGE = 1000
+ADDED_RULE = (
+    "sets staged later (pairs.ADDED_SETS): components over those sets alone, by the same keys; a "
+    "component sharing a text with the split above goes where that text went (test before calib "
+    "before train), one holding a replay-trace text to test, any other by the same u; a component "
+    f"of more than {LARGE} texts is no unit: its rows go to train, less those holding a text of "
+    "the split above's calib or test or of the replay traces, which are left out"
 )
 
 
@@ -76,4 +89,46 @@ def split_pairs(
     for pair in pairs:
         root = comps.find(text_key(pair.a.question))
         out["test" if root in forced else split_of(seed, root)].append(pair)
+    return out
+
+
+def split_added(
+    pairs: Sequence[LabeledPair],
+    seed: int,
+    base: dict[Split, list[LabeledPair]],
+    held_out: Iterable[str] = (),
+) -> dict[Split, list[LabeledPair]]:
+    """Split the later sets around ``base`` (already split) without moving any of its rows.
+
+    Joining them into one union-find with the first sets would change components, and so the
+    smallest key that draws a component's split: test rows measured before would move. A
+    component of the new rows that shares a text with ``base`` follows that text instead, so a
+    text still never sits on two sides of a split.
+    """
+    comps = _Components()
+    for pair in pairs:
+        comps.join(text_key(pair.a.question), text_key(pair.b.question))
+    forced: dict[str, Split] = {}
+    for split in ("train", "calib", "test"):  # later wins: test over calib over train
+        for p in base[split]:
+            for side in (p.a, p.b):
+                key = text_key(side.question)
+                if key in comps.parent:
+                    forced[comps.find(key)] = split
+    for key in held_out:
+        if key in comps.parent:
+            forced[comps.find(key)] = "test"
+    size = Counter(comps.find(key) for key in list(comps.parent))
+    kept_out = set(held_out) | {
+        text_key(s.question) for split in ("calib", "test") for p in base[split] for s in (p.a, p.b)
+    }
+    out: dict[Split, list[LabeledPair]] = {"train": [], "calib": [], "test": []}
+    for pair in pairs:
+        keys = (text_key(pair.a.question), text_key(pair.b.question))
+        root = comps.find(keys[0])
+        if size[root] > LARGE:
+            if not kept_out.intersection(keys):
+                out["train"].append(pair)
+            continue
+        out[forced.get(root) or split_of(seed, root)].append(pair)
     return out

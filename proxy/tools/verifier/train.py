@@ -28,6 +28,7 @@ from proxy.tools.verifier.dataset import (
     numbers_changed,
     sample,
 )
+from proxy.tools.verifier.generated import generate
 from proxy.tools.verifier.metrics import auc, fit_platt, recall_at_precision
 from proxy.tools.verifier.pairs import LabeledPair
 from proxy.verify.graph import base_image, base_path
@@ -45,7 +46,10 @@ REPEAT = {
     "mined_crosswoz": 3,
     "mined_mt_bench": 2,
     "mined_restated": 2,
+    "oppo": 2,
 }
+# Rows per generator (generated.GENERATORS) drawn from the training texts.
+GENERATED_ROWS = 3000
 # Pair-set training rows also asked as one session asks them (dataset.asked_in_session).
 IN_SESSION_ROWS = 8000
 NAME, VERSION = "e5-small-cross-encoder", "1"
@@ -101,6 +105,7 @@ def _rows(splits: Splits, args: argparse.Namespace) -> tuple[list[LabeledPair], 
     """Training rows (each once: repeats are drawn by the batch sampler) and calibration rows."""
     base = sample(splits.rows["train"], _caps(args), args.seed)
     base += numbers_changed(base, random.Random(f"{args.seed}|numbers"), 1500)
+    base += generate(base, random.Random(f"{args.seed}|generated"), GENERATED_ROWS)
     base += asked_in_session(
         base, random.Random(f"{args.seed}|session"), _caps(args).get("asked_in_session", IN_SESSION_ROWS)
     )
@@ -119,6 +124,14 @@ def _report(title: str, pairs: list[LabeledPair], probs: np.ndarray) -> None:
             f"  {title} {source:16s} n={len(idx):6d} auc={auc(s, y):.3f} r@p99={recall_at_precision(s, y, 0.99):.3f}",
             file=sys.stderr,
         )
+
+
+def _init_name(init: Path | None) -> str | None:
+    """What training started from, by name and version (a path would name one machine's /tmp)."""
+    if init is None:
+        return None
+    config = json.loads((init / "verifier.json").read_text(encoding="utf-8"))
+    return f"{config['name']} v{config['version']} (top.npz {config['files']['top.npz'][:12]})"
 
 
 def _sha256(path: Path) -> str:
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "scale": args.scale,
             "bf16": args.bf16,
-            "init": str(args.init) if args.init else None,
+            "init": _init_name(args.init),
             "caps": _caps(args),
             "repeat": REPEAT,
             "wall_s": round(time.monotonic() - began),
