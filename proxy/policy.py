@@ -37,6 +37,7 @@ _OPTIONAL_DEFAULTS = (
     "repeats_widen_to",
     "verify_accept",
     "verify_previous",
+    "verify_top",
 )
 # Keys that once meant something and now do nothing: read with a warning, so old files still load.
 _DEPRECATED: Mapping[str, str] = MappingProxyType(
@@ -52,6 +53,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "repeats_widen_to": "session",
         "verify_accept": None,
         "verify_previous": None,
+        "verify_top": 3,
         "exemplars": (),
         "keywords": (),
         "force": False,
@@ -96,6 +98,9 @@ class IntentPolicy:
     # served to a request the pair verifier reads as that turn asked again (a rewrite, a
     # paraphrase, a repeat) with at least this probability; every later net still runs
     verify_previous: float | None = None
+    # how many of the nearest candidates above `candidate` the verifier reads (where verify_accept
+    # is set); the one it scores highest that passes every net is served
+    verify_top: int = 3
     # the widest pool (session, user or tenant) from which a conversation repeated byte for byte
     # is served the answer the first one got, whatever pool that answer was written to
     # (proxy.cache); "session": only the pools above, as for any other request

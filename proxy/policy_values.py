@@ -99,6 +99,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "repeats_widen_to": _choice(("session", "user", "tenant")),
         "verify_accept": _as_probability,
         "verify_previous": _as_probability,
+        "verify_top": _as_positive_int,
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,

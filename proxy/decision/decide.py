@@ -188,8 +188,29 @@ class DecisionContext:
 
     @property
     def verifies(self) -> bool:
-        """Does the verification stage judge this candidate, instead of the accept zone?"""
-        return self.policy.verify_accept is not None and self.policy.direct_hit and not self.exact_repeat
+        """Does the verification stage judge this candidate, instead of the accept zone? Not an
+        exact repeat, nor a restatement its words show: both are matched on the conversation's own
+        words, and the verifier has nothing to tell apart there."""
+        return (
+            self.policy.verify_accept is not None
+            and self.policy.direct_hit
+            and not self.exact_repeat
+            and self.words_restated is None
+        )
+
+    def alternates(self) -> list[DecisionContext]:
+        """The next survivors above the candidate floor, each judged alone, when the intent
+        verifies: the nearest vector is not always the same request (a paraphrase can sit below a
+        near-miss), so the verifier reads up to ``verify_top`` of them. Each still passes every
+        net on its own."""
+        if self.policy.verify_accept is None or self.restated is not None or not self.survivors:
+            return []
+        floor, top = self.policy.candidate, self.policy.verify_top
+        return [
+            DecisionContext((cand,), self.sig, self.policy, self.verdicts)
+            for cand in self.survivors[1:top]
+            if cand.score >= floor and cand.record.request_hash != self.sig.request_hash
+        ]
 
     def about_best(
         self, status: Status, reason: Reason, *, signals: bool = True, failed_checks: tuple[str, ...] = ()
@@ -318,6 +339,20 @@ def decide(
     verdicts: Mapping[str, float] | None = None,
 ) -> Decision:
     ctx = DecisionContext(candidates, sig, policy, verdicts or {})
+    decision = _fold(ctx)
+    if decision.status is Status.HIT:
+        return decision
+    # the best verified alternate, if one passes every stage: the verifier's order, not the vector's
+    ranked = sorted(ctx.alternates(), key=lambda alt: -ctx.verdicts.get(alt.best.record.cache_id, -1.0))
+    for alt in ranked:
+        if alt.best.record.cache_id in ctx.verdicts:
+            served = _fold(alt)
+            if served.status is Status.HIT:
+                return served
+    return decision
+
+
+def _fold(ctx: DecisionContext) -> Decision:
     for stage in STAGES:
         decision = stage(ctx)
         if decision is not None:
@@ -325,14 +360,21 @@ def decide(
     return replace(hit(ctx), stage=hit.__name__)
 
 
+def _verifiable(ctx: DecisionContext) -> bool:
+    """Does the best candidate of ``ctx`` pass every stage before verification, and verify?"""
+    return ctx.verifies and not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION)
+
+
 def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> list[Candidate]:
     """The candidates whose verifier probability ``decide`` will read: the session's previous turn,
-    when the intent verifies it (``verify_previous``); and the best one, when it passes every stage
-    before verification and the intent verifies it (``verify_accept``). Usually one, often none."""
+    when the intent verifies it (``verify_previous``); and, when the intent verifies
+    (``verify_accept``), the best one and its alternates among the nearest ``verify_top``, each
+    that passes every stage before verification. Usually a few, often none."""
     if policy.verify_accept is None and policy.verify_previous is None:
         return []  # the stages would run twice for nothing: once here, once in decide
     ctx = DecisionContext(candidates, sig, policy)
     asked = [] if ctx.previous_turn is None else [ctx.previous_turn]
-    if not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) and ctx.verifies and ctx.best not in asked:
-        asked.append(ctx.best)
+    for judged in [ctx, *ctx.alternates()]:
+        if judged.best not in asked and _verifiable(judged):
+            asked.append(judged.best)
     return asked

@@ -513,6 +513,47 @@ def test_the_exact_repeat_comes_before_a_nearer_candidate_and_still_meets_answer
     assert (d.status, d.reason) == (Status.MISS, Reason.VALIDATION_FAILED)
 
 
+def _near_miss_and_paraphrase() -> list[Candidate]:
+    near = make_candidate(0.93, make_record("how do I reset my office router", cache_id="near"))
+    para = make_candidate(0.88, make_record("what are the steps to reset a router", cache_id="para"))
+    far = make_candidate(0.86, make_record("how do I reset a router", cache_id="far"))
+    return [near, para, far]
+
+
+def test_the_verifier_reads_the_nearest_few_and_serves_the_one_it_accepts() -> None:
+    cands = _near_miss_and_paraphrase()
+    asked = candidates_to_verify(cands, make_sig(), VERIFYING)
+    assert [c.record.cache_id for c in asked] == ["near", "para", "far"]
+    d = decide(cands, make_sig(), VERIFYING, verdicts={"near": 0.2, "para": 0.95, "far": 0.85})
+    assert (d.status, d.reason, d.record and d.record.cache_id) == (Status.HIT, Reason.VERIFIED, "para")
+    assert d.verified == 0.95
+
+
+def test_verify_top_bounds_the_reading_and_no_accepted_alternate_keeps_the_first_verdict() -> None:
+    cands = _near_miss_and_paraphrase()
+    one = dataclasses.replace(VERIFYING, verify_top=1)
+    assert [c.record.cache_id for c in candidates_to_verify(cands, make_sig(), one)] == ["near"]
+    d = decide(cands, make_sig(), one, verdicts={"near": 0.2, "para": 0.95})
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.VERIFIER_REJECTED, "near")
+    rejected = decide(cands, make_sig(), VERIFYING, verdicts={"near": 0.2, "para": 0.5, "far": 0.1})
+    assert (rejected.reason, rejected.record and rejected.record.cache_id) == (Reason.VERIFIER_REJECTED, "near")
+
+
+def test_an_alternate_still_passes_every_net_of_its_own() -> None:
+    near = make_candidate(0.93, make_record(cache_id="near"))
+    moved = make_candidate(0.9, make_record(cache_id="moved"), same_session=True, turn_gap=3)
+    below = make_candidate(0.7, make_record(cache_id="below"))
+    assert [c.record.cache_id for c in candidates_to_verify([near, moved, below], make_sig(), VERIFYING)] == ["near"]
+    d = decide([near, moved, below], make_sig(), VERIFYING, verdicts={"near": 0.1, "moved": 0.99, "below": 0.99})
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.VERIFIER_REJECTED, "near")
+
+
+def test_without_verify_accept_no_alternate_is_read() -> None:
+    cands = _near_miss_and_paraphrase()
+    d = decide(cands, make_sig(), make_policy(accept=0.95), verdicts={"para": 0.99})
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.CANDIDATE_ZONE, "near")
+
+
 def test_the_count_a_request_asks_for_is_checked_whatever_the_intents_validate_list() -> None:
     """Issue 38.5: chitchat validates nothing, and 'List 5 tips' was served a 3-item answer."""
     record = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts={"list_items": 3})
