@@ -40,6 +40,10 @@ SETS: dict[str, Callable[[str], bool]] = {
     "pawsx": lambda s: s == "pawsx",
     "qqp": lambda s: s == "qqp",
     "mined": lambda s: s.startswith("mined_"),
+    "bq_train": lambda s: s == "bq_train",
+    "afqmc": lambda s: s in ("afqmc", "atec_part1"),
+    "oppo": lambda s: s == "oppo",
+    "mrpc": lambda s: s == "mrpc",
 }
 Scorer = Callable[[Sequence[LabeledPair]], np.ndarray]
 
@@ -144,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-pairs", type=int, default=4000, help="test pairs per set (seeded sample)")
     p.add_argument("--gbdt-train", type=int, default=2000, help="train pairs per set for the GBDT baseline")
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--compare",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="WEIGHTS",
+        help="another weights directory (earlier weights) scored beside the shipped one; repeatable",
+    )
     args = p.parse_args(argv)
     cap, train_cap = (500, 400) if args.quick else (args.max_pairs, args.gbdt_train)
     began = time.monotonic()
@@ -171,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         label = f"verifier v{verifier.version} {verifier.config.top_bits}-bit"
         verifiers[label] = verifier
         scorers[label] = functools.partial(_verifier_scores, verifier)
+    for other in args.compare:
+        earlier = load_verifier(other, threads=args.threads)
+        scorers[f"earlier v{earlier.version} {earlier.config.top_bits}-bit"] = functools.partial(
+            _verifier_scores, earlier
+        )
     results: dict[str, Any] = {"sets": {}, "quick": args.quick}
     print(f"{'set':8s} {'n':>5s} {'pos':>5s}  {'model':34s} {'AUC':>6s} {'R@P99':>6s} {'R@P99.9':>7s}")
     for name, rows in tests.items():

@@ -65,9 +65,11 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtere
     return out
 
 
-def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) -> Reason | None:
+def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, verified: bool = False) -> Reason | None:
     """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.text.lexical). A
-    restatement was matched on the conversation's own words, so the reply it follows is moot."""
+    restatement was matched on the conversation's own words, so the reply it follows is moot. A
+    pair the verifier will read (``verified``) is held only to the exchanges word lists show for
+    sure (two words or two numbers swapped); a looser reordering is the verifier's to judge."""
     tags = cand.record.coarse_tags
     if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
@@ -77,7 +79,7 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False) ->
         # whole conversations are close, but what was said before may have shaped that answer
         return Reason.OTHER_HISTORY
     question = str(tags.get("question", ""))
-    if question and question != sig.current_text and reordered(sig.current_text, question):
+    if question and question != sig.current_text and reordered(sig.current_text, question, loose=not verified):
         return Reason.REORDERED_WORDS
     if (
         not restated
@@ -261,7 +263,7 @@ def lexical_guards(ctx: DecisionContext) -> Decision | None:
     # verifier read: only a restatement its words show is exempt
     if ctx.exact_repeat:
         return None
-    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.words_restated is not None)
+    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.words_restated is not None, verified=ctx.verifies)
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
 

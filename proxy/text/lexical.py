@@ -139,9 +139,19 @@ def numbers_reordered(a: str, b: str) -> bool:
     return len(na) >= 2 and na != nb and sorted(na) == sorted(nb)
 
 
-def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segmenter: Segmenter | None = None) -> bool:
-    """True when the two texts share most content words but not in the same order, are the same
-    words with two of them exchanged, or carry the same numbers in another order."""
+def reordered(
+    a: str,
+    b: str,
+    *,
+    overlap: float = 0.6,
+    swap: float = 0.05,
+    segmenter: Segmenter | None = None,
+    loose: bool = True,
+) -> bool:
+    """True when the two texts are the same words with two of them exchanged, carry the same
+    numbers in another order, or (``loose``) share most content words but not in the same order.
+    The loose test also flags paraphrases that reorder ("reset my account password" / "reset the
+    password of my account"): where a pair verifier reads word order, it judges those instead."""
     if numbers_reordered(a, b):
         return True
     ta, tb = tokens(a, segmenter), tokens(b, segmenter)
@@ -149,6 +159,8 @@ def reordered(a: str, b: str, *, overlap: float = 0.6, swap: float = 0.05, segme
         return False
     if transposed(ta, tb) or spans_swapped(a, b):
         return True
+    if not loose:
+        return False
     shared = [w for w in dict.fromkeys(ta) if w in tb]
     if len(shared) < 3 or len(shared) / max(len(set(ta)), len(set(tb))) < overlap:
         return False

@@ -560,3 +560,15 @@ def test_the_count_a_request_asks_for_is_checked_whatever_the_intents_validate_l
     sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS)
     d = decide([make_candidate(record=record)], sig, make_policy(validate=()))
     assert (d.status, d.reason, d.failed_checks) == (Status.MISS, Reason.VALIDATION_FAILED, ("count:3!=5",))
+
+
+def test_a_loose_reordering_is_the_verifiers_to_judge_but_an_exchange_stays_a_guard() -> None:
+    sig = make_sig("how do I reset my account password")
+    reworded = make_candidate(0.9, make_record("what are the steps to reset the password of my account"))
+    assert decide([reworded], sig, make_policy(accept=0.85)).reason is Reason.REORDERED_WORDS
+    assert [c.record.cache_id for c in candidates_to_verify([reworded], sig, VERIFYING)] == ["sc-1"]
+    assert decide([reworded], sig, VERIFYING, verdicts={"sc-1": 0.95}).reason is Reason.VERIFIED
+    swapped = make_candidate(0.97, make_record("flights from Oslo to Bergen"))
+    swapped_sig = make_sig("flights from Bergen to Oslo")
+    assert candidates_to_verify([swapped], swapped_sig, VERIFYING) == []
+    assert decide([swapped], swapped_sig, VERIFYING, verdicts={"sc-1": 0.99}).reason is Reason.REORDERED_WORDS
