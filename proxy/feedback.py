@@ -2,12 +2,16 @@
 thumbs button, and how a served hit is judged afterwards.
 
 A regenerate is the same conversation (byte for byte, as its request hash) re-sent by the same
-session soon after its answer. With an explicit session header that is evidence enough within
-``regenerate_window``. Without one, the session is derived from the conversation's opening (see
-proxy/identity.py), so two conversations that open with the same question share it; there only
-time tells a "try again" from a new conversation asking the same thing: a repeat counts as a
-regenerate within ``DERIVED_REGENERATE_SECONDS`` (or ``regenerate_window`` if shorter), and later
-it is a new question, looked up and possibly served like any other.
+session soon after its answer, and it needs evidence that it is the same conversation, not
+someone else asking the same (``same_conversation_again``). An explicit session header is that
+evidence, within ``regenerate_window``. Without one, the session is derived from the tenant, the
+end user's id, the model, the system prompt and the opening (proxy/identity.py), so everyone
+with one key who opens with the same words shares it, and the same opening question asked again
+is no evidence at all: it is looked up and served like any other (a popular question asked once
+a minute by different people is not a string of regenerates penalising its answer). There a
+repeat is a regenerate only when it carries evidence of its own — an end-user id (body ``user``
+or the user header), or a history with an assistant reply in it that the client re-sent — and
+within ``DERIVED_REGENERATE_SECONDS`` (or ``regenerate_window`` if shorter).
 
 The answer to a regenerate or to a correction is never stored: the user asked for an answer of
 their own, and it is the one most likely to carry what they said was wrong.
@@ -52,6 +56,14 @@ async def thumb(cache: SemanticCache, cache_id: str, kind: str) -> None:
 def regenerate_window(who: Identity, configured: float) -> float:
     """Seconds within which the identical conversation re-sent counts as a regenerate."""
     return configured if who.session_explicit else min(configured, DERIVED_REGENERATE_SECONDS)
+
+
+def same_conversation_again(who: Identity, conv: Conversation) -> bool:
+    """Is an identical request evidence that the same conversation was re-sent (a regenerate)?
+    Yes under an explicit session header; under a derived session, only with an end-user id or a
+    re-sent history holding an assistant reply. An opening turn alone under a derived session is
+    what anyone with the key asking the same first question sends."""
+    return who.session_explicit or who.user is not None or any(t.role == "assistant" for t in conv.history)
 
 
 @dataclass
@@ -110,7 +122,8 @@ class FeedbackReader:
         if last is None:
             return None
         window = regenerate_window(who, self.regenerate_window)
-        if last.request_hash == conv.request_hash and self.clock() - last.at <= window:
+        again = last.request_hash == conv.request_hash and self.clock() - last.at <= window
+        if again and same_conversation_again(who, conv):
             signal = Reason.REGENERATE
         elif is_correction(conv.current):
             signal = Reason.CORRECTION

@@ -77,16 +77,17 @@ def opening(text: str) -> str:
     return folded.rstrip("?!.。？！ ")
 
 
-def derived_session(tenant: str, request: ChatRequest) -> str:
+def derived_session(tenant: str, request: ChatRequest, *, user: str | None = None) -> str:
     """Without a session header, a conversation is known by what stays fixed as it grows: the
-    tenant, the end user's id (body `user`, which keeps two people who open with the same words
-    apart), the model, the system prompt and the opening user turn. Two conversations that open
-    alike therefore share a session; that is safe because a repeat within it counts as a
-    regenerate only for a short while (proxy/feedback.py) and their answers are keyed by the
-    whole conversation anyway. Reuse across conversations that open differently comes from the
-    policy's scopes, never from the session id."""
+    tenant, the end user's id (``user``: the user header or else body `user`, which keeps two
+    people who open with the same words apart), the model, the system prompt and the opening user
+    turn. Two conversations that open alike therefore share a session; that is safe because the
+    same opening asked again there is not taken for a regenerate (proxy/feedback.py) and their
+    answers are keyed by the whole conversation anyway. Reuse across conversations that open
+    differently comes from the policy's scopes, never from the session id."""
     first_user = next((m.text for m in request.messages if m.role == "user"), "")
-    material = "\x1f".join((tenant, request.user or "", request.model, request.system_text, opening(first_user)))
+    who = user if user is not None else request.user or ""
+    material = "\x1f".join((tenant, who, request.model, request.system_text, opening(first_user)))
     return "d-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
@@ -94,5 +95,5 @@ def identify(headers: Mapping[str, str], request: ChatRequest, *, salt: str) -> 
     tenant = tenant_of(_one_authorization(headers), salt=salt)
     explicit = clean_header_id(headers.get(SESSION_HEADER), SESSION_HEADER)
     user = clean_header_id(headers.get(USER_HEADER), USER_HEADER) or request.user
-    session = explicit or derived_session(tenant, request)
+    session = explicit or derived_session(tenant, request, user=user)
     return Identity(tenant=tenant, session=session, user=user, session_explicit=explicit is not None)
