@@ -1,8 +1,11 @@
-"""The admin API, behind ``Authorization: Bearer $SMARTCACHE_ADMIN_TOKEN``.
+"""The admin API, behind ``Authorization: Bearer $SMARTCACHE_ADMIN_TOKEN``, and the one route a
+client calls with its own API key: feedback on its tenant's own records.
 
-With no token configured the routes answer 404, as if they did not exist. Invalidation is a
+With no token configured the admin routes answer 404, as if they did not exist. Invalidation is a
 dry run unless the body says ``"apply": true``; a tenant purge is not, since it is what a revoked
-key calls for at once.
+key calls for at once. The tenant's feedback route (``TENANT_FEEDBACK``) needs no admin token: its
+tenant is the hash of the caller's key (proxy/identity.py), and a record of any other tenant is
+answered as one that does not exist.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from aiohttp import web
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
-from proxy.identity import tenant_of
+from proxy.identity import ANONYMOUS, tenant_of
 from proxy.model import RecordState
 from proxy.parts import load_policy_for, policy_changed
 from proxy.policy import PolicyError
@@ -26,6 +29,9 @@ from proxy.signing.intent import IntentClassifier
 from proxy.storage.base import Selector
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# under /v1, where clients already send their key; matched before the /v1 passthrough (aiohttp
+# resolves an exact path before a pattern, whatever the order routes were added in)
+TENANT_FEEDBACK = "/v1/smartcache/feedback"
 # the invalidation body's keys, each a field of the store's Selector; nothing else selects records
 SELECTORS = (
     "system_prompt_version",
@@ -205,27 +211,63 @@ async def reset_session(request: web.Request) -> web.Response:
     return web.json_response({"invalidated": n})
 
 
-async def feedback(request: web.Request) -> web.Response:
+def _named_record(body: dict[str, Any], response_of: Callable[[str], str | None]) -> str | None:
+    """The record the feedback is about: its ``cache_id`` (the ``x-cache-id`` header a hit carries)
+    or the ``response_id`` (the completion id) the client received."""
+    cache_id, response_id = body.get("cache_id"), body.get("response_id")
+    if cache_id is not None and (not isinstance(cache_id, str) or not cache_id):
+        raise InvalidRequest("'cache_id' must be the x-cache-id a response carried", param="cache_id")
+    if response_id is not None and not isinstance(response_id, str):
+        raise InvalidRequest("'response_id' must be the id of a chat completion", param="response_id")
+    return cache_id or (response_of(response_id) if response_id else None)
+
+
+async def _record_feedback(request: web.Request, *, tenant: str | None) -> web.Response:
+    """A thumb on one record; ``tenant``: the caller may only touch that tenant's records (None:
+    the admin, any record). Another tenant's record is answered as a missing one: nothing says it
+    exists."""
     body = await _json_body(request)
     kind = body.get("feedback")
     if kind not in THUMBS:
         raise InvalidRequest("'feedback' must be positive, negative or regenerate", param="feedback")
-    chat = request.app[keys.CHAT]
-    cache_id = body.get("cache_id") or chat.responses.get(str(body.get("response_id", "")))
-    if not isinstance(cache_id, str) or not cache_id:
-        raise NotFound("no record for that cache_id or response_id")
+    cache_id = _named_record(body, request.app[keys.CHAT].responses.get)
     cache = request.app[keys.CACHE]
-    if await cache.store.get(cache_id) is None:
-        raise NotFound("no record for that cache_id")
-    await thumb(cache, cache_id, kind)
-    updated = await cache.store.get(cache_id)
+    record = await cache.store.get(cache_id) if cache_id else None
+    if record is None or (tenant is not None and record.tenant != tenant):
+        raise NotFound("no record for that cache_id or response_id")
+    await thumb(cache, record.cache_id, kind)
+    updated = await cache.store.get(record.cache_id)
     return web.json_response(
         {
-            "cache_id": cache_id,
+            "cache_id": record.cache_id,
             "state": updated.state if updated else None,
             "feedback_score": updated.feedback_score if updated else None,
         }
     )
+
+
+async def feedback(request: web.Request) -> web.Response:
+    return await _record_feedback(request, tenant=None)
+
+
+def _caller_tenant(request: web.Request) -> str:
+    """The tenant of the key the client sends, as its chat requests are keyed (proxy/identity.py);
+    no credential is refused: the anonymous tenant is everyone without a key."""
+    given = request.headers.getall("Authorization", [])
+    if len(given) > 1:
+        raise InvalidRequest("send one Authorization header, not several", param="Authorization")
+    tenant = tenant_of(given[0] if given else None, salt=request.app[keys.TENANT_SALT])
+    if tenant == ANONYMOUS:
+        raise Unauthorized("feedback needs the API key the answer was asked with: Authorization: Bearer <key>")
+    return tenant
+
+
+async def tenant_feedback(request: web.Request) -> web.Response:
+    """POST /v1/smartcache/feedback with the client's own key: a thumb on a record of its tenant."""
+    tenant = _caller_tenant(request)
+    # the answer just received may still be being written (proxy.settling): its id names it then
+    await request.app[keys.CHAT].settling.everything()
+    return await _record_feedback(request, tenant=tenant)
 
 
 async def reload_policy(app: web.Application) -> dict[str, Any]:
@@ -261,4 +303,5 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_post("/admin/sessions/{session}/reset", guarded(reset_session))
     r.add_post("/admin/tenants/purge", guarded(purge_tenant))
     r.add_post("/admin/feedback", guarded(feedback))
+    r.add_post(TENANT_FEEDBACK, tenant_feedback)
     r.add_post("/admin/policy/reload", guarded(reload_policy_route))

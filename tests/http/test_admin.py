@@ -181,3 +181,54 @@ async def test_feedback(make_proxy: ProxyFactory, client: Clients) -> None:
     ):
         status, _ = await feedback(bad)
         assert status == code, bad
+
+
+TENANT_FEEDBACK = "/v1/smartcache/feedback"
+
+
+async def test_a_tenant_sends_feedback_on_its_own_records_with_its_own_key(
+    make_proxy: ProxyFactory, client: Clients
+) -> None:
+    """Issue 38.7: feedback needed the global admin token. A client says 'that answer was wrong'
+    with its own key, by the x-cache-id or the completion id it received; no admin token is set."""
+    proxy = await make_proxy()
+    mine = client(proxy, session="tf")
+    await fill(proxy, mine, QUESTIONS[:1])
+    raw = await mine.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": QUESTIONS[0].lower()}]
+    )  # fmt: skip
+    assert raw.headers["x-cache-status"] == "hit"
+    cache_id = raw.headers["x-cache-id"]
+    # the official SDK, the client's own key
+    body = await mine.post(TENANT_FEEDBACK[3:], body={"cache_id": cache_id, "feedback": "negative"}, cast_to=object)
+    assert body == {"cache_id": cache_id, "state": "ready", "feedback_score": pytest.approx(0.4)}
+    assert (await ask(mine, QUESTIONS[0].upper()))[0] == "miss"  # under the feedback floor now
+
+    # by the completion id of a fresh answer, sent at once: its write-back is waited for
+    raw = await mine.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": QUESTIONS[1]}]
+    )  # fmt: skip
+    fresh = raw.parse()
+    body = await mine.post(TENANT_FEEDBACK[3:], body={"response_id": fresh.id, "feedback": "regenerate"},
+                           cast_to=object)  # fmt: skip
+    record = await proxy.app[keys.CACHE].store.get(str(body["cache_id"]))  # type: ignore[index]
+    assert record is not None and record.answer_text == fresh.choices[0].message.content
+
+    async def other(authorization: str | None, payload: dict[str, str]) -> tuple[int, dict[str, object]]:
+        return await admin(proxy, "POST", TENANT_FEEDBACK, json=payload, authorization=authorization)
+
+    before = await proxy.app[keys.CACHE].store.get(cache_id)
+    missing_status, missing = await other("Bearer key-B", {"cache_id": "sc-nope", "feedback": "negative"})
+    assert missing_status == 404
+    # another tenant's record is answered exactly as one that does not exist, and left alone
+    for key in ("Bearer key-B", f"Bearer {TOKEN}", "Basic key-A"):
+        for named in ({"cache_id": cache_id}, {"response_id": fresh.id}):
+            assert await other(key, {**named, "feedback": "positive"}) == (404, missing), (key, named)
+    assert await proxy.app[keys.CACHE].store.get(cache_id) == before
+    status, payload = await other(None, {"cache_id": cache_id, "feedback": "positive"})
+    assert status == 401 and payload["error"]["type"] == "authentication_error"  # type: ignore[index]
+    for bad in ({"cache_id": cache_id, "feedback": "meh"}, {"cache_id": 7, "feedback": "positive"}):
+        assert (await other("Bearer key-A", bad))[0] == 400, bad  # type: ignore[arg-type]
+    assert (await proxy.app[keys.CACHE].store.get(cache_id)) == before
