@@ -82,43 +82,22 @@ def _probability(r: Row) -> float:
     return r.verified or 0.0
 
 
-def _threshold(
-    scored: Sequence[Row], target: float, floor: float, key: Callable[[Row], float] = _score
-) -> tuple[float, str]:
-    """Lowest threshold on ``key`` whose bound meets the target; else just above the worst false
-    candidate (the verifier's levels: see calibrate_verifier)."""
-    ordered = sorted(scored, key=lambda r: -key(r))
-    best, false = None, 0
-    for n, r in enumerate(ordered, start=1):
-        false += _is_false(r)
-        if upper_bound(false, n) <= target:
-            best = key(r)
-    worst_false = max((key(r) for r in scored if _is_false(r)), default=floor - MARGIN)
-    safe = min(0.999, max(floor, worst_false + MARGIN))
-    if best is not None and best >= safe:
-        return round(best, 4), "meets target"
-    return round(safe, 4), (
-        f"too little data to show a false-hit rate under {target:g} with 95 % confidence: "
-        "set just above the highest-scoring false candidate"
-    )
-
-
 def _down4(x: float) -> float:
     """``x`` rounded down to the 4 decimals a policy file holds, so a threshold written there
     admits every candidate it was fitted on and no other."""
     return math.floor(x * 10_000 + 1e-9) / 10_000
 
 
-def _fit(scored: Sequence[Row], target: float, floor: float) -> float | None:
-    """The lowest accept threshold (at or above ``floor``) at which the one-sided 95 % upper
+def _fit(scored: Sequence[Row], target: float, floor: float, key: Callable[[Row], float] = _score) -> float | None:
+    """The lowest threshold on ``key`` (at or above ``floor``) at which the one-sided 95 % upper
     bound of the false-hit rate among the candidates it admits is at most ``target``; None when
     no threshold shows that. Judged at each threshold a policy file can hold, ties included."""
-    ordered = sorted(scored, key=_score, reverse=True)
+    ordered = sorted(scored, key=key, reverse=True)
     best, false = None, 0
     for n, r in enumerate(ordered, start=1):
         false += _is_false(r)
-        t = _down4(_score(r))
-        last_at_t = n == len(ordered) or _down4(_score(ordered[n])) < t
+        t = _down4(key(r))
+        last_at_t = n == len(ordered) or _down4(key(ordered[n])) < t
         if last_at_t and t >= floor and upper_bound(false, n) <= target:
             best = t
     return best
@@ -215,6 +194,7 @@ class VerifyCalibration:
     fhr_upper: float  # one-sided 95 % upper bound of the false-hit rate at verify_accept
     note: str
     setting: str = "verify_accept"  # the policy key the level is written to
+    fitted: bool = True  # False: the data cannot show the target; no level is written
 
 
 def _verified(r: Row) -> bool:
@@ -238,26 +218,39 @@ def calibrate_verifier(
     setting: str = "verify_accept",
 ) -> dict[str, VerifyCalibration]:
     """Per intent that was verified, the lowest verifier probability whose false-hit rate meets the
-    target with 95 % confidence; intents with fewer than ``min_samples`` take no lower than the
-    level fitted on all of them together. ``setting`` says which verdicts: the best candidate's
-    (``verify_accept``) or the session's previous turn's (``verify_previous``)."""
+    target with 95 % confidence (an upper bound, as for ``calibrate``): on the intent's own
+    verdicts when it has ``min_samples``, else on every intent's together (one calibrated scale:
+    the probability means the same whatever the intent), and never below the intent's own worst
+    false candidate. An intent the data cannot show safe gets no level (``fitted`` False): it is
+    not written, so that intent does not serve by the verifier. ``setting`` says which verdicts:
+    the best candidate's (``verify_accept``) or the session's previous turn's (``verify_previous``)."""
     verdict_of = _asked_again if setting == "verify_previous" else _verified
     judged = [r for r in rows if verdict_of(r)]
     if not judged:
         return {}
-    pooled, _ = _threshold(judged, target, floor, _probability)
+    pooled = _fit(judged, target, floor, _probability)
     by_intent: dict[str, list[Row]] = defaultdict(list)
     for r in judged:
         by_intent[r.intent].append(r)
     out = {}
     for intent, irows in sorted(by_intent.items()):
-        level, note = _threshold(irows, target, floor, _probability)
-        if len(irows) < min_samples:
-            level, note = max(level, pooled), f"only {len(irows)} samples: no lower than the pooled level"
+        own = _fit(irows, target, floor, _probability) if len(irows) >= min_samples else None
+        worst = max((_probability(r) + MARGIN for r in irows if _is_false(r)), default=0.0)
+        if own is not None:
+            level, note, fitted = own, f"meets target on its own {len(irows)} verdicts", True
+        elif pooled is not None:
+            level, fitted = round(min(0.999, max(pooled, worst)), 4), True
+            note = f"{len(irows)} verdicts: the level fitted on all {len(judged)} together"
+        else:
+            level, fitted = 1.0, False
+            note = (
+                f"{len(irows)} verdicts, and all {len(judged)} together, cannot show a false-hit rate under "
+                f"{target:g} with 95 % confidence (that needs {samples_needed(target)} accepted, all right): not written"
+            )
         hits = [r for r in irows if _probability(r) >= level]
         false = sum(_is_false(r) for r in hits)
         out[intent] = VerifyCalibration(intent, level, len(irows), len(hits), false,
-                                        round(upper_bound(false, len(hits)), 5), note, setting)  # fmt: skip
+                                        round(upper_bound(false, len(hits)), 5), note, setting, fitted)  # fmt: skip
     return out
 
 
@@ -376,7 +369,7 @@ def write_policy(
     comments: dict[str, list[str]] = {}
     for name, body in (data.get("intents") or {}).items():
         cached = (body or {}).get("cache", data["defaults"].get("cache", True)) is not False
-        levels = [v for v in ((verified or {}).get(name), (previous or {}).get(name)) if v is not None]
+        levels = [v for v in ((verified or {}).get(name), (previous or {}).get(name)) if v is not None and v.fitted]
         intents[name], comments[name] = _calibrated_intent(
             name, dict(body or {}), results.get(name) if cached else None, levels if cached else [], cached=cached
         )

@@ -33,26 +33,32 @@ def travel_rows() -> list[Row]:
     return right + [row("travel", p, False) for p in (0.3, 0.5, 0.6, 0.7)]
 
 
-def test_verify_accept_sits_above_the_worst_false_candidate_when_data_cannot_show_the_target() -> None:
+def test_no_level_is_written_where_the_data_cannot_show_the_target() -> None:
     [(intent, fitted)] = calibrate_verifier(travel_rows(), target=1e-3).items()
-    assert intent == "travel" and fitted.level == pytest.approx(0.705)
+    assert intent == "travel" and not fitted.fitted and fitted.hits == 0
+    assert "not written" in fitted.note and "2995" in fitted.note
+
+
+def test_the_lowest_level_whose_upper_bound_meets_the_target_is_chosen() -> None:
+    [(intent, fitted)] = calibrate_verifier(travel_rows(), target=0.1).items()
+    assert intent == "travel" and fitted.fitted and fitted.level == pytest.approx(0.8)
     assert (fitted.samples, fitted.hits, fitted.false_hits) == (40, 36, 0)
     assert fitted.fhr_upper == pytest.approx(1 - 0.05 ** (1 / 36), abs=1e-4)
-    assert "too little data" in fitted.note
+    assert fitted.fhr_upper <= 0.1
 
 
 def test_with_enough_data_the_lowest_level_meeting_the_target_is_chosen() -> None:
     rows = [row("travel", 0.6 + i / 20000, True) for i in range(3000)] + [row("travel", 0.4, False)]
     fitted = calibrate_verifier(rows, target=1e-3)["travel"]
-    assert fitted.note == "meets target" and 0.6 <= fitted.level < 0.62
+    assert fitted.note.startswith("meets target") and 0.6 <= fitted.level < 0.62
     assert fitted.fhr_upper <= 1e-3
 
 
 def test_an_intent_with_few_samples_takes_no_lower_than_the_pooled_level() -> None:
     rows = travel_rows() + [row("chitchat", 0.55, True)] * 5
-    fitted = calibrate_verifier(rows, target=1e-3)
-    assert fitted["chitchat"].level == pytest.approx(0.705)  # its own data alone would give 0.5
-    assert "only 5 samples" in fitted["chitchat"].note
+    fitted = calibrate_verifier(rows, target=0.1)
+    assert fitted["chitchat"].level == pytest.approx(0.8)  # its own data alone would give 0.55
+    assert "5 verdicts: the level fitted on all 45 together" in fitted["chitchat"].note
     assert fitted["chitchat"].hits == 0
 
 
@@ -65,9 +71,9 @@ def test_only_verified_rows_that_passed_the_nets_count() -> None:
 def test_held_out_serves_verified_intents_by_probability() -> None:
     # low cosines that the accept threshold would never serve: only the verifier can
     rows = [dataclasses.replace(r, score=0.5, conversation=f"c{i}") for i, r in enumerate(travel_rows() * 2)]
-    result = held_out(rows, folds=2, min_samples=5)
+    result = held_out(rows, folds=2, min_samples=5, target=0.1)
     assert result.hits > 0 and result.false_hits == 0
-    without = held_out([dataclasses.replace(r, verified=None) for r in rows], folds=2, min_samples=5)
+    without = held_out([dataclasses.replace(r, verified=None) for r in rows], folds=2, min_samples=5, target=0.1)
     assert without.hits == 0
 
 
@@ -92,13 +98,17 @@ def test_calibrate_writes_a_new_policy_version(tmp_path: Path) -> None:
 def test_calibrated_verify_accept_is_written_and_loads(tmp_path: Path) -> None:
     out = tmp_path / "verified.yaml"
     rows = travel_rows()
-    write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=1e-3,
-                 verified=calibrate_verifier(rows))  # fmt: skip
+    write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=0.1,
+                 verified=calibrate_verifier(rows, target=0.1))  # fmt: skip
     policy = load_policy(out)
-    assert policy.intents["travel"].verify_accept == pytest.approx(0.705)
+    assert policy.intents["travel"].verify_accept == pytest.approx(0.8)
     assert policy.intents["chitchat"].verify_accept is None
     text = out.read_text(encoding="utf-8")
-    assert "# travel: 40 verified; at verify_accept 0.705" in text
+    assert "# travel: 40 verified; at verify_accept 0.8" in text
+    # a level the data could not show is not written
+    strict = tmp_path / "strict.yaml"
+    write_policy(DEFAULT_POLICY, strict, {}, traces=["t"], target=1e-3, verified=calibrate_verifier(rows))
+    assert load_policy(strict).intents["travel"].verify_accept is None
     assert yaml.safe_load(text)["version"] == policy.version
 
 
@@ -127,28 +137,27 @@ def asked_again(rows: list[Row]) -> list[Row]:
 
 def test_verify_previous_is_fitted_on_the_previous_turn_verdicts_alone(tmp_path: Path) -> None:
     rows = asked_again(travel_rows()) + [row("travel", 0.99, False)] * 3  # a wrong best candidate at 0.99
-    previous = calibrate_verifier(rows, setting="verify_previous")
-    assert previous["travel"].level == pytest.approx(0.705) and previous["travel"].samples == 40
-    assert calibrate_verifier(rows)["travel"].level == pytest.approx(0.995)
+    previous = calibrate_verifier(rows, setting="verify_previous", target=0.1)
+    assert previous["travel"].level == pytest.approx(0.8) and previous["travel"].samples == 40
+    assert not calibrate_verifier(rows, target=0.1)["travel"].fitted  # three wrong best candidates at 0.99
     # neither the accept threshold nor verify_accept reads them: they were not judged by score
     assert calibrate(asked_again(travel_rows()), min_samples=5)["travel"].samples == 0
-    assert describe_verified(previous)[0].startswith("verify_previous travel: 0.705 (40 verified")
+    assert describe_verified(previous)[0].startswith("verify_previous travel: 0.8 (40 verified")
     out = tmp_path / "previous.yaml"
-    write_policy(DEFAULT_POLICY, out, {}, traces=["t"], target=1e-3, previous=previous)
+    write_policy(DEFAULT_POLICY, out, {}, traces=["t"], target=0.1, previous=previous)
     policy = load_policy(out)
-    assert policy.intents["travel"].verify_previous == pytest.approx(0.705)
+    assert policy.intents["travel"].verify_previous == pytest.approx(0.8)
     assert policy.intents["travel"].verify_accept is None
-    assert "# travel: 40 verified; at verify_previous 0.705" in out.read_text(encoding="utf-8")
+    assert "# travel: 40 verified; at verify_previous 0.8" in out.read_text(encoding="utf-8")
 
 
 def test_held_out_serves_the_previous_turn_at_its_own_level_only() -> None:
     rows = [dataclasses.replace(r, conversation=f"c{i}") for i, r in enumerate(asked_again(travel_rows()) * 2)]
-    result = held_out(rows, folds=2, min_samples=5)
+    result = held_out(rows, folds=2, min_samples=5, target=0.1)
     assert result.hits > 0 and result.false_hits == 0
     # a policy without verify_previous never serves them by score, however high
-    assert (
-        held_out([dataclasses.replace(r, score=0.999, verified=None) for r in rows], folds=2, min_samples=5).hits == 0
-    )
+    unverified = [dataclasses.replace(r, score=0.999, verified=None) for r in rows]
+    assert held_out(unverified, folds=2, min_samples=5, target=0.1).hits == 0
 
 
 def test_a_verifier_level_the_template_sets_but_calibration_did_not_fit_is_dropped(tmp_path: Path) -> None:
@@ -159,9 +168,9 @@ def test_a_verifier_level_the_template_sets_but_calibration_did_not_fit_is_dropp
     template.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     assert load_policy(template).intents["chitchat"].verify_previous == 0.5
     out = tmp_path / "out.yaml"
-    previous = calibrate_verifier(asked_again(travel_rows()), setting="verify_previous")
-    write_policy(template, out, {}, traces=["t"], target=1e-3, previous=previous)
+    previous = calibrate_verifier(asked_again(travel_rows()), setting="verify_previous", target=0.1)
+    write_policy(template, out, {}, traces=["t"], target=0.1, previous=previous)
     policy = load_policy(out)
-    assert policy.intents["travel"].verify_previous == pytest.approx(0.705)
+    assert policy.intents["travel"].verify_previous == pytest.approx(0.8)
     assert all(i.verify_previous is None for n, i in policy.intents.items() if n != "travel")
     assert all(i.verify_accept is None for i in policy.intents.values())
