@@ -403,6 +403,7 @@ def _calibrated_intent(
     """An intent's body with what calibration chose, and the comment lines that say on what data.
     A verifier level calibration did not fit is dropped: the template's number was never measured."""
     lines = []
+    candidate_floor = body.get("candidate")
     for setting in VERIFY_SETTINGS:
         body.pop(setting, None)
     if cal is not None and not cal.fitted:
@@ -417,6 +418,14 @@ def _calibrated_intent(
         lines.append(f"  # {cal.note}")
     elif cached:
         lines.append(f"  # {name}: no data in these traces; thresholds left as they were")
+    if any(v.setting == "verify_accept" for v in levels):
+        # the verifier decides from the template's candidate floor up: a floor fitted for the accept
+        # zone would hide from it the paraphrases that score low by cosine
+        template_floor = candidate_floor
+        if template_floor is None:
+            body.pop("candidate", None)
+        else:
+            body["candidate"] = template_floor
     for v in levels:
         body[v.setting] = v.level
         lines.append(

@@ -103,6 +103,8 @@ def test_calibrated_verify_accept_is_written_and_loads(tmp_path: Path) -> None:
     policy = load_policy(out)
     assert policy.intents["travel"].verify_accept == pytest.approx(0.8)
     assert policy.intents["chitchat"].verify_accept is None
+    # the verifier reads from the template's candidate floor, not one fitted for the accept zone
+    assert policy.intents["travel"].candidate == load_policy(DEFAULT_POLICY).intents["travel"].candidate
     text = out.read_text(encoding="utf-8")
     assert "# travel: 40 verified; at verify_accept 0.8" in text
     # a level the data could not show is not written
