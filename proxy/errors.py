@@ -5,18 +5,22 @@
     │   ├── InvalidRequest          400 invalid_request_error
     │   ├── BodyTooLarge            413 invalid_request_error
     │   ├── Unauthorized            401 authentication_error
-    │   └── NotFound                404 not_found_error
+    │   ├── NotFound                404 not_found_error
+    │   └── MethodNotAllowed        405 invalid_request_error
     └── UpstreamError               the endpoint behind us failed
         ├── UpstreamUnavailable     502 (connection refused, reset, DNS)
         ├── UpstreamTimeout         504
         └── UpstreamStatus          the upstream's own 4xx/5xx, passed through as it came
 
-One middleware turns any of these into ``{"error": {"message", "type", "param", "code"}}``.
+One middleware turns any of these into ``{"error": {"message", "type", "param", "code"}}``,
+with the error's ``headers`` (an upstream's ``retry-after``, ``x-ratelimit-*``, ``x-request-id``;
+a 405's ``allow``) on the response.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -24,11 +28,19 @@ class SmartCacheError(Exception):
     status: int = 500
     error_type: str = "server_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        self.headers: dict[str, str] = dict(headers or {})  # sent with the error's response
 
     def to_body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, param=self.param, code=self.code)
@@ -57,6 +69,18 @@ class NotFound(ClientError):
     error_type = "not_found_error"
 
 
+class MethodNotAllowed(ClientError):
+    """A route the proxy serves, asked with a method it does not take; ``allow``: those it does."""
+
+    status = 405
+
+    def __init__(
+        self, method: str, path: str, *, allow: str | None, detail: str = "", headers: Mapping[str, str] | None = None
+    ) -> None:
+        sent = {**(headers or {}), **({"allow": allow} if allow else {})}
+        super().__init__(f"Invalid method for URL ({method} {path}){detail}", headers=sent)
+
+
 class UpstreamError(SmartCacheError):
     status = 502
     error_type = "upstream_error"
@@ -75,8 +99,12 @@ class UpstreamStatus(UpstreamError):
     """A non-2xx answer from upstream; its status reaches the client unchanged, and its body too
     when it is an OpenAI-style error (``client_body`` wraps anything else)."""
 
-    def __init__(self, status: int, body: bytes, content_type: str | None) -> None:
-        super().__init__(f"upstream answered {status}", code=str(status))
+    def __init__(
+        self, status: int, body: bytes, content_type: str | None, *, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """``headers``: the upstream's own end-to-end headers the client keeps (``retry-after``,
+        ``x-ratelimit-*``, ``x-request-id``): SDKs back off by them, support tickets quote them."""
+        super().__init__(f"upstream answered {status}", code=str(status), headers=headers)
         self.status = status
         self.body = body
         self.content_type = content_type or "application/json"

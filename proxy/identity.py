@@ -4,8 +4,11 @@ The API key itself never leaves this module: only its salted hash is kept, store
 Isolation fails closed: a request without any credential is the anonymous tenant, which no
 keyed tenant shares records with; a credential of another scheme (Basic, Token, ...) is a
 tenant of its own, never the Bearer tenant of the same secret and never shared with other
-unrecognised credentials. Keys in query strings or bodies are ignored on purpose, and two
-Authorization headers are refused: the cache must not key on one while upstream sees another.
+unrecognised credentials. A credential in the query string (``?api-key=``, ``?key=``: the query
+goes upstream with the request, and some gateways authenticate by it) makes a tenant of its own
+with the Authorization header, so two keys sent that way never share answers; keys in bodies are
+ignored, and two Authorization headers are refused: the cache must not key on one while upstream
+sees another.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.errors import InvalidRequest
@@ -47,6 +50,24 @@ def tenant_of(authorization: str | None, *, salt: str) -> str:
         return "t-" + hashlib.sha256(f"{salt}\x1f{key}".encode()).hexdigest()[:24]
     material = f"{salt}\x1f{scheme.lower()}\x1f{key}" if key else f"{salt}\x1f-\x1f{credential}"
     return "x-" + hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+# query parameters that carry a credential (names compared lower-case with "-" as "_")
+QUERY_CREDENTIALS = frozenset(
+    {"api_key", "apikey", "key", "token", "access_token", "auth", "secret", "password", "sig", "signature", "code"}
+)
+
+
+def query_tenant(authorization: str | None, query: Sequence[tuple[str, str]], *, salt: str) -> str | None:
+    """``q-``: a tenant of the query string's credentials together with the Authorization header,
+    when the query carries any; None when it carries none."""
+    found = sorted(
+        (k.lower().replace("-", "_"), v) for k, v in query if k.lower().replace("-", "_") in QUERY_CREDENTIALS
+    )
+    if not found:
+        return None
+    material = "\x1f".join([salt, (authorization or "").strip(), *(f"{k}={v}" for k, v in found)])
+    return "q-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
 def _one_authorization(headers: Mapping[str, str]) -> str | None:
@@ -91,8 +112,12 @@ def derived_session(tenant: str, request: ChatRequest, *, user: str | None = Non
     return "d-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
-def identify(headers: Mapping[str, str], request: ChatRequest, *, salt: str) -> Identity:
-    tenant = tenant_of(_one_authorization(headers), salt=salt)
+def identify(
+    headers: Mapping[str, str], request: ChatRequest, *, salt: str, query: Sequence[tuple[str, str]] = ()
+) -> Identity:
+    """``query``: the request's query string as pairs, which goes upstream with it."""
+    authorization = _one_authorization(headers)
+    tenant = query_tenant(authorization, query, salt=salt) or tenant_of(authorization, salt=salt)
     explicit = clean_header_id(headers.get(SESSION_HEADER), SESSION_HEADER)
     user = clean_header_id(headers.get(USER_HEADER), USER_HEADER) or request.user
     session = explicit or derived_session(tenant, request, user=user)

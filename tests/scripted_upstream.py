@@ -14,11 +14,14 @@ from aiohttp import web
 
 @dataclass
 class Script:
-    mode: str = "ok"  # ok | error500 | error400 | slow | cut | toolcall | length
+    mode: str = "ok"  # ok | error500 | error400 | error429 | slow | cut | toolcall | length
     delay: float = 0.0
     answers: dict[str, str] = field(default_factory=dict)  # last user text -> answer
     calls: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)  # each chat call's query string, as it came
+    # headers every error answer carries (rate limits, request id), as a real API's do
+    error_headers: dict[str, str] = field(default_factory=dict)
     counter: int = 0
     # when set, every call waits for it (after ``delay``): a test releases the upstream once what
     # it arranged (followers queued behind one call) is in place, whatever the machine's speed
@@ -53,6 +56,7 @@ def scripted_app(script: Script) -> web.Application:
         body = await request.json()
         script.calls.append(body)
         script.headers.append(dict(request.headers))
+        script.queries.append(request.rel_url.raw_query_string)
         users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
         try:
             if script.delay:
@@ -73,6 +77,20 @@ def scripted_app(script: Script) -> web.Application:
             return web.json_response(
                 {"error": {"message": "engine exploded", "type": "server_error", "param": None, "code": "boom"}},
                 status=500,
+                headers=script.error_headers,
+            )
+        if script.mode == "error429":
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Rate limit reached for requests",
+                        "type": "requests",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                status=429,
+                headers=script.error_headers,
             )
         if script.mode == "error400":
             return web.json_response(
@@ -85,6 +103,7 @@ def scripted_app(script: Script) -> web.Application:
                     }
                 },
                 status=400,
+                headers=script.error_headers,
             )
         text = script.answer_for(body)
         finish = "length" if script.mode == "length" else "stop"

@@ -149,7 +149,8 @@ class ChatService:
 
     def _send(self, req: ChatRequest, who: Identity, http: web.Request) -> UpstreamCall:
         body, headers = self._upstream_request(req, who, http)
-        return UpstreamCall(self.upstream, body, headers, stream=req.stream)
+        # the client's query string goes on as it came (Azure's api-version), as on passthrough routes
+        return UpstreamCall(self.upstream, body, headers, stream=req.stream, params=tuple(http.query.items()))
 
     async def _drop(self, race: UpstreamCall) -> None:
         self.races["cancelled"] += 1

@@ -13,6 +13,7 @@ from proxy.planner import PolicyBox
 from proxy.settings import Settings
 from proxy.signing.signer import ContextSigner
 from proxy.upstream.client import Upstream
+from proxy.upstream.readiness import Readiness
 
 SETTINGS = web.AppKey("settings", Settings)
 TENANT_SALT = web.AppKey("tenant_salt", str)
@@ -22,5 +23,6 @@ CACHE = web.AppKey("cache", SemanticCache)
 SIGNER = web.AppKey("signer", ContextSigner)
 POLICY_BOX = web.AppKey("policy_box", PolicyBox)
 UPSTREAM = web.AppKey("upstream", Upstream)
+READINESS = web.AppKey("readiness", Readiness)
 CHAT = web.AppKey("chat", ChatService)
 JUDGE = web.AppKey("judge", HitJudge)

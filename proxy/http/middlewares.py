@@ -22,8 +22,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except UpstreamStatus as exc:
-        # the upstream's status reaches the client as it came, its body when an SDK can read it
-        relayed = {"x-cache-status": "miss", "x-smartcache-upstream-error": "1"}
+        # the upstream's status reaches the client as it came, with its headers (retry-after,
+        # x-ratelimit-*, x-request-id), and its body when an SDK can read it
+        relayed = {**exc.headers, "x-cache-status": "miss", "x-smartcache-upstream-error": "1"}
         wrapped = exc.client_body()
         if wrapped is not None:
             log.warning("upstream.non_openai_error", status=exc.status, path=request.path)
@@ -32,7 +33,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             body=exc.body, status=exc.status, content_type=exc.content_type.split(";")[0], headers=relayed
         )
     except SmartCacheError as exc:
-        headers = {"x-cache-status": "miss"} if exc.status >= 500 else None
+        headers = {**exc.headers, "x-cache-status": "miss"} if exc.status >= 500 else exc.headers
         return _json(exc.status, exc.to_body(), headers)
     except web.HTTPRequestEntityTooLarge as exc:
         return _json(413, error_body(f"request body too large: {exc.text}", "invalid_request_error"))
@@ -40,7 +41,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        return _json(exc.status, error_body(exc.reason or "error", kind))
+        allow = {"allow": exc.headers["allow"]} if "allow" in exc.headers else None
+        return _json(exc.status, error_body(exc.reason or "error", kind), allow)
     except Exception:
         log.exception("request.failed", path=request.path)
         return _json(500, error_body("internal error in SmartCache; the request was not cached", "server_error"))

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import aiohttp
 
 from proxy.http.relay import opened_stream
-from proxy.upstream.client import JsonAnswer, Upstream
+from proxy.upstream.client import JsonAnswer, Query, Upstream
 
 Kind = Literal["json", "stream"]
 BOTH: frozenset[Kind] = frozenset({"json", "stream"})
@@ -49,12 +49,14 @@ class UpstreamCall:
     ``opened`` for a stream) or by ``cancel``.
     """
 
-    def __init__(self, upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, stream: bool) -> None:
+    def __init__(
+        self, upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, stream: bool, params: Query = ()
+    ) -> None:
         self._exits = contextlib.AsyncExitStack()
         self._task: asyncio.Task[Any] = asyncio.ensure_future(
-            self._exits.enter_async_context(opened_stream(upstream, body, headers))
+            self._exits.enter_async_context(opened_stream(upstream, body, headers, params=params))
             if stream
-            else upstream.chat_json(body, headers)
+            else upstream.chat_json(body, headers, params=params)
         )
 
     async def json(self) -> JsonAnswer:

@@ -18,7 +18,7 @@ from proxy.http.outcome import Ending, Outcome
 from proxy.observability.metrics import Metrics
 from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.upstream import coalesce
-from proxy.upstream.client import JsonAnswer, Upstream, chat_headers
+from proxy.upstream.client import JsonAnswer, Query, Upstream, chat_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +54,13 @@ def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
 
 @contextlib.asynccontextmanager
 async def opened_stream(
-    upstream: Upstream, body: dict[str, Any], headers: dict[str, str]
+    upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, params: Query = ()
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """A streamed chat call whose status line said success; an error status raises."""
-    async with upstream.open_stream("POST", "chat/completions", headers=headers, content=orjson.dumps(body)) as resp:
+    """A streamed chat call whose status line said success; an error status raises (with the
+    upstream's headers). ``params``: the client's query string, sent on as it came."""
+    async with upstream.open_stream(
+        "POST", "chat/completions", headers=headers, content=orjson.dumps(body), params=params
+    ) as resp:
         if resp.status >= 400:
             raise await upstream.read_error(resp)
         yield resp

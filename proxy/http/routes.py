@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.errors import BodyTooLarge, InvalidRequest
+from proxy.errors import BodyTooLarge, InvalidRequest, MethodNotAllowed, NotFound, SmartCacheError
 from proxy.http import keys
 from proxy.identity import identify
 from proxy.openai.request import parse_chat_request
-from proxy.upstream.client import forward_headers, response_headers
+from proxy.upstream.client import chat_headers, forward_headers, response_headers
 
 # a streamed body keeps its declared length (else it goes chunked); a raw relay may carry any
 # encoding the client itself accepts
@@ -64,20 +64,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             f"{settings.max_messages} (setting max_messages)",
             param="messages",
         )
-    who = identify(request.headers, chat_request, salt=app[keys.TENANT_SALT])
+    who = identify(request.headers, chat_request, salt=app[keys.TENANT_SALT], query=tuple(request.query.items()))
     app[keys.METRICS].observe_stage("parse", time.perf_counter() - t)
     return await app[keys.CHAT].handle(request, chat_request, who)
+
+
+async def chat_other_method(request: web.Request) -> web.StreamResponse:
+    """``/v1/chat/completions`` takes POST: any other method is answered here, as OpenAI does, not
+    passed to an upstream whose plain-text 405 no SDK reads. OPTIONS (a CORS preflight) goes on."""
+    if request.method == "OPTIONS":
+        return await passthrough(request)
+    raise MethodNotAllowed(request.method, request.path, allow="POST")
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Every other /v1 route goes upstream untouched, streaming both ways: the request body as
     it arrives, the answer as raw bytes with its own content-encoding. Memory stays bounded by
-    the read buffers whatever the size (audio, files, batches)."""
+    the read buffers whatever the size (audio, files, batches). An upstream's 404 or 405 that is
+    not JSON (a route or method it does not have) becomes an OpenAI-style error."""
     app = request.app
     upstream = app[keys.UPSTREAM]
     limit = app[keys.SETTINGS].passthrough_max_body_bytes
     body = stream_body(request, limit) if request.can_read_body else None
-    path = request.match_info["tail"]
+    path = request.match_info.get("tail", request.path.removeprefix("/v1/"))
     async with upstream.open_stream(
         request.method,
         path,
@@ -86,6 +95,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         params=list(request.query.items()),
         raw=True,
     ) as resp:
+        if resp.status in (404, 405) and not _is_json(resp.headers.get("content-type")):
+            raise _no_such_route(request, resp.status, chat_headers(resp.headers))
         headers = response_headers(resp.headers)
         headers["x-cache-status"] = "bypass"
         response = web.StreamResponse(status=resp.status, headers=headers)
@@ -96,7 +107,25 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return response
 
 
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _no_such_route(request: web.Request, status: int, upstream_headers: dict[str, str]) -> SmartCacheError:
+    """The error OpenAI answers for a route or a method it does not have, with the upstream's headers."""
+    headers = {**upstream_headers, "x-cache-status": "bypass"}
+    said = f": the upstream answered {status} in plain text"
+    if status == 405:
+        allow = headers.pop("allow", None)
+        return MethodNotAllowed(request.method, request.path, allow=allow, detail=said, headers=headers)
+    return NotFound(f"Invalid URL ({request.method} {request.path}){said}", code="unknown_url", headers=headers)
+
+
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process is up and serves (the model, the index and the store are loaded by
+    the time it answers). It never asks the upstream: an upstream outage must not get a healthy
+    proxy restarted. Readiness, upstream included, is ``/readyz``."""
     cache = request.app[keys.CACHE]
     return web.json_response(
         {
@@ -105,6 +134,18 @@ async def healthz(request: web.Request) -> web.Response:
             "policy_version": request.app[keys.POLICY_BOX].policy.version,
         }
     )
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while the upstream answers, 503 while it does not, with its state either way
+    (probed with a short timeout, the result kept a few seconds: proxy.upstream.readiness)."""
+    readiness = request.app[keys.READINESS]
+    state = await readiness.check()
+    body = {
+        "status": "ready" if state.reachable else "not_ready",
+        "upstream": state.as_json(readiness.upstream.base_url, readiness.clock()),
+    }
+    return web.json_response(body, status=200 if state.reachable else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -116,6 +157,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_route("*", "/v1/chat/completions", chat_other_method)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

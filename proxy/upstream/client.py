@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,6 +58,8 @@ def forward_headers(headers: Mapping[str, str], *, keep: frozenset[str] = frozen
 
 
 UpstreamHeaders = CIMultiDict[str] | CIMultiDictProxy[str]
+# a query string as (name, value) pairs in the client's order, repeats kept
+Query = Sequence[tuple[str, str]]
 
 
 def response_headers(headers: UpstreamHeaders) -> CIMultiDict[str]:
@@ -147,14 +149,15 @@ class Upstream:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def chat_json(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> JsonAnswer:
+    async def chat_json(self, body: Mapping[str, Any], headers: Mapping[str, str], *, params: Query = ()) -> JsonAnswer:
+        """``params``: the client's query string, sent on as it came (Azure's ``api-version``)."""
         with translated_errors():
             try:
-                status, raw, got = await asyncio.wait_for(self._post_json(body, headers), self.timeout)
+                status, raw, got = await asyncio.wait_for(self._post_json(body, headers, params), self.timeout)
             except TimeoutError as exc:
                 raise UpstreamTimeout(f"upstream did not answer within {self.timeout:g} s") from exc
         if status >= 400:
-            raise UpstreamStatus(status, raw, got.get("content-type"))
+            raise UpstreamStatus(status, raw, got.get("content-type"), headers=chat_headers(got))
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -162,12 +165,12 @@ class Upstream:
         return JsonAnswer(status, parsed, raw, chat_headers(got))
 
     async def _post_json(
-        self, body: Mapping[str, Any], headers: Mapping[str, str]
+        self, body: Mapping[str, Any], headers: Mapping[str, str], params: Query
     ) -> tuple[int, bytes, CIMultiDictProxy[str]]:
         sent = {**{k: v for k, v in headers.items() if k.lower() != "content-type"}, "content-type": "application/json"}
         url = self.url("chat/completions")
         async with self._decoding.post(
-            url, data=orjson.dumps(body), headers=sent, allow_redirects=False, proxy=self._proxy
+            url, data=orjson.dumps(body), headers=sent, params=params or None, allow_redirects=False, proxy=self._proxy
         ) as resp:
             return resp.status, await resp.read(), resp.headers
 
@@ -179,7 +182,7 @@ class Upstream:
         *,
         headers: Mapping[str, str],
         content: bytes | AsyncIterator[bytes] | None,
-        params: Any = None,
+        params: Query = (),
         raw: bool = False,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A response whose body is still to be read. ``content`` may be an async iterator: the
@@ -192,7 +195,7 @@ class Upstream:
                 self.url(path),
                 headers=dict(headers),
                 data=content,
-                params=params,
+                params=params or None,
                 allow_redirects=False,
                 proxy=self._proxy,
             )
@@ -227,10 +230,18 @@ class Upstream:
             async for chunk in resp.content.iter_any():
                 yield chunk
 
+    async def probe(self, timeout: float) -> int:
+        """The status of ``GET models`` within ``timeout`` seconds, body unread: any status means
+        the upstream is reachable (a 401 too: the probe carries no key). Unreachable raises."""
+        with translated_errors():
+            async with asyncio.timeout(timeout):
+                async with self._decoding.get(self.url("models"), allow_redirects=False, proxy=self._proxy) as resp:
+                    return resp.status
+
     async def read_error(self, resp: aiohttp.ClientResponse) -> UpstreamStatus:
         with translated_errors():
             body = await resp.read()
-        return UpstreamStatus(resp.status, body, resp.headers.get("content-type"))
+        return UpstreamStatus(resp.status, body, resp.headers.get("content-type"), headers=chat_headers(resp.headers))
 
 
 def cached_tokens_of(usage: Mapping[str, Any]) -> int:

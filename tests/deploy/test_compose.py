@@ -142,7 +142,7 @@ def test_llamacpp_runs_our_engine_on_all_interfaces(compose: dict[str, Any]) -> 
 
 
 def test_healthchecks_probe_the_right_port(compose: dict[str, Any]) -> None:
-    for name, path in (("smartcache", "/healthz"), ("llamacpp", "/health")):
+    for name, path in (("smartcache", "/readyz"), ("llamacpp", "/health")):
         probe = " ".join(compose["services"][name]["healthcheck"]["test"])
         assert f"http://127.0.0.1:{listens_on(compose, name)}{path}" in probe
 

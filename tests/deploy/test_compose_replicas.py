@@ -39,7 +39,7 @@ def test_each_replica_serves_from_the_stacks_redis(compose: dict[str, Any], name
     url = urlsplit(settings.redis_url)
     assert url.hostname == "redis" and url.port == listens_on(compose, "redis")
     assert service["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert f"127.0.0.1:{served.port}/healthz" in " ".join(service["healthcheck"]["test"])
+    assert f"127.0.0.1:{served.port}/readyz" in " ".join(service["healthcheck"]["test"])
 
 
 def test_replicas_differ_only_in_their_data_dir(compose: dict[str, Any]) -> None:

@@ -44,3 +44,43 @@ async def test_an_upstream_openai_error_passes_as_it_came(make_proxy: ProxyFacto
     with pytest.raises(openai.BadRequestError) as err:
         await proxy.client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi there"}])
     assert err.value.code == "context_length_exceeded"
+
+
+RATE_LIMITED = {
+    "retry-after": "7",
+    "x-ratelimit-limit-requests": "500",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-reset-requests": "7s",
+    "x-request-id": "req-7f3a",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("mode", "status"), [("error429", 429), ("error500", 500), ("error400", 400)])
+async def test_an_upstream_error_keeps_the_upstreams_headers(
+    make_proxy: ProxyFactory, upstream: Upstream, stream: bool, mode: str, status: int
+) -> None:
+    """Back-off (retry-after, x-ratelimit-*) and support tickets (x-request-id) need them."""
+    upstream.script.mode, upstream.script.error_headers = mode, RATE_LIMITED
+    proxy = await make_proxy()
+    async with httpx.AsyncClient(timeout=30) as http:
+        resp = await http.post(
+            f"{proxy.base_url}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hello there"}], "stream": stream},
+            headers={"Authorization": "Bearer k"},
+        )
+    assert resp.status_code == status
+    assert {k: resp.headers.get(k) for k in RATE_LIMITED} == RATE_LIMITED
+    assert resp.headers["x-cache-status"] == "miss" and resp.headers["content-type"].startswith("application/json")
+    assert resp.json()["error"]["code"] in {"rate_limit_exceeded", "boom", "context_length_exceeded"}
+
+
+async def test_the_sdk_sees_a_rate_limits_retry_after_and_request_id(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
+    upstream.script.mode, upstream.script.error_headers = "error429", RATE_LIMITED
+    proxy = await make_proxy()
+    with pytest.raises(openai.RateLimitError) as err:
+        await proxy.client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi there"}])
+    assert err.value.response.headers["retry-after"] == "7"
+    assert err.value.request_id == "req-7f3a"
