@@ -131,7 +131,7 @@ def warn_unknown_environment(environ: Mapping[str, str]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, libraries=settings.log_libraries)
     warn_unknown_environment(os.environ)
     asyncio.run(_serve(settings))
     return 0
@@ -267,7 +267,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     target = WarmTarget(model=args.model, api_key=args.api_key, keep_sessions=args.keep_sessions)
     written, skipped = asyncio.run(warm(_load_convs(args.conversations), settings, target=target))
-    print(f"warm: {written} records written, {skipped} already present")
+    print(f"warm: {written} records written, {skipped} already present, into {settings.data_dir}")
     return 0
 
 
@@ -324,7 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--out", type=Path)
     _dir_args(cal)
     cal.set_defaults(func=cmd_calibrate)
-    warm = sub.add_parser("warm", help="write past conversations into the cache as ready records")
+    warm = sub.add_parser(
+        "warm",
+        help="write past conversations into the cache as ready records (proxy stopped)",
+        description="Write past conversations into a data dir's cache as ready records. Run it with the proxy "
+        "stopped: warm takes the data dir's lock, as a proxy does, and refuses a data dir a running proxy "
+        "holds, whose index in memory would never serve the records (a proxy started meanwhile is refused "
+        "too). With the Redis store, give warm a --data-dir of its own: the running replicas pick the "
+        "records up from Redis.",
+    )
     warm.add_argument("conversations", nargs="+", type=Path)
     warm.add_argument("--model", required=True, help="the model name clients send: records are kept per model")
     warm.add_argument(

@@ -102,6 +102,9 @@ class Settings:
     admin_token: str | None = None
     debug_headers: bool = False
     log_level: str = "info"
+    # from which level stdlib (third-party) loggers reach the log, never below log_level: at debug,
+    # aiosqlite alone writes a line per SQL statement
+    log_libraries: str = "warning"
     engine_ctx: int = 4096
     engine_parallel: int = 4
     engine_threads: int = 0
@@ -193,6 +196,7 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("view_tokens", s.view_tokens == 0 or s.view_tokens >= 64, "0 (the model's length) or >= 64"),
         ("prewarm_concurrency", s.prewarm_concurrency >= 1, ">= 1"),
         ("log_level", s.log_level in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
+        ("log_libraries", s.log_libraries in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
     ]
     for key, ok, want in checks:
         if not ok:

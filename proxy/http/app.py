@@ -23,6 +23,7 @@ from proxy.observability.metrics import Metrics
 from proxy.parts import open_parts
 from proxy.settings import Settings, SettingsError
 from proxy.upstream.engine import LocalEngine
+from proxy.upstream.readiness import Readiness
 
 log = structlog.get_logger("smartcache")
 UPSTREAM_URL = web.AppKey("upstream_url", str)
@@ -37,12 +38,20 @@ class DataDirInUse(SettingsError):
     """Another process serves from this data dir (SQLite, the index snapshot, the salt)."""
 
 
+# what a second proxy on a data dir in use is told
+PROXY_ADVICE = (
+    "two proxies on one data dir would each miss what the other writes. Give each proxy its own "
+    "--data-dir, and to share one cache between them use the Redis store (store: redis, redis_url: ...)"
+)
+
+
 @contextlib.contextmanager
-def data_dir_lock(data_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the data dir while a proxy runs from it. Two proxies on one
-    directory would each keep their own in-memory index, so each misses what the other writes,
-    and the last one to stop overwrites the other's index snapshot. The kernel drops the lock
-    when the process ends, however it ends; the file stays (removing it would race a starter)."""
+def data_dir_lock(data_dir: Path, *, advice: str = PROXY_ADVICE) -> Iterator[None]:
+    """Hold an exclusive lock on the data dir while a proxy (or ``smartcache warm``) runs from it.
+    Two proxies on one directory would each keep their own in-memory index, so each misses what
+    the other writes, and the last one to stop overwrites the other's index snapshot. The kernel
+    drops the lock when the process ends, however it ends; the file stays (removing it would race
+    a starter). ``advice``: what the one refused is told to do."""
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -52,11 +61,7 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
         except BlockingIOError:
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             raise DataDirInUse(
-                str(data_dir),
-                "data_dir",
-                f"in use by another SmartCache process (pid {holder}); two proxies on one data dir "
-                "would each miss what the other writes. Give each proxy its own --data-dir, and to "
-                "share one cache between them use the Redis store (store: redis, redis_url: ...)",
+                str(data_dir), "data_dir", f"in use by another SmartCache process (pid {holder}); {advice}"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
@@ -106,6 +111,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
         s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS], backend=app.get(BACKEND)
     ) as parts:
         app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
+        app[keys.READINESS] = Readiness(parts.upstream)
         app[keys.TENANT_SALT] = await parts.cache.store.tenant_salt(app[keys.TENANT_SALT])  # one across replicas
         app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
         app[keys.CHAT] = parts.chat

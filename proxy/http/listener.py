@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import resource
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from proxy.http import keys
+from proxy.settings import SettingsError
 
 # descriptors kept back from client connections: the upstream pool (512), the store, the model
 # files; a quarter of a limit too small for that
@@ -176,6 +178,24 @@ class ConnectionCap:
         self.refusing -= 1
 
 
+class PortUnavailable(SettingsError):
+    """The address to listen on cannot be had: in use, not this machine's, or a privileged port."""
+
+
+def _unavailable(host: str, port: int, exc: OSError) -> PortUnavailable:
+    key, why = "port", f"cannot listen there: {exc.strerror or exc}; choose another --host or --port"
+    if exc.errno == errno.EADDRINUSE:
+        why = (
+            "in use by another process (another SmartCache?): stop it, or choose another port with "
+            "--port or SMARTCACHE_PORT (0: any free port)"
+        )
+    elif exc.errno == errno.EACCES:
+        why = "not allowed to listen there (ports below 1024 need privileges): choose one above 1023 with --port"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        key, why = "host", "not an address of this machine: listen on 127.0.0.1, 0.0.0.0 or one of its own with --host"
+    return PortUnavailable(f"{host}:{port}", key, why)
+
+
 @dataclass
 class Listener:
     server: asyncio.Server
@@ -194,27 +214,43 @@ class Listener:
 @contextlib.asynccontextmanager
 async def serving(app: web.Application, host: str, port: int, *, max_connections: int) -> AsyncIterator[Listener]:
     """``app`` started and listening on ``host:port`` until the block ends; then no new
-    connections, the open ones closed and the app's cleanup run, also when listening failed."""
+    connections, the open ones closed and the app's cleanup run, also when listening failed.
+
+    The address is taken before the app starts (models, engine, store): one that cannot be had
+    fails at once, as ``PortUnavailable``, and nothing is started for nothing. Connections are
+    accepted once the app has started."""
     runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    listener = await bind(runner, host, port, max_connections=max_connections)
     try:
-        listener = await listen(runner, host, port, max_connections=max_connections)
-        try:
-            yield listener
-        finally:
-            listener.close()
+        await runner.setup()
+        await start(runner, listener)
+        yield listener
     finally:
+        listener.close()
+        # also after a failed start: what had started (the engine) stops
         await runner.cleanup()
 
 
-async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections: int) -> Listener:
-    """Serve ``runner`` (already set up) on ``host:port``. Close the listener before
-    ``runner.cleanup()``, which then closes the connections still open."""
-    server = runner.server
-    assert server is not None, "runner.setup() first"
-    cap = ConnectionCap(server, connection_limit(max_connections))
-    listening = await asyncio.get_running_loop().create_server(cap, host, port, backlog=1024)
+async def bind(runner: web.AppRunner, host: str, port: int, *, max_connections: int) -> Listener:
+    """Take ``host:port`` for ``runner`` (set up or not), not accepting yet: ``start`` does."""
+
+    def handler() -> asyncio.Protocol:
+        assert runner.server is not None, "runner.setup() before start()"
+        return runner.server()
+
+    cap = ConnectionCap(handler, connection_limit(max_connections))
+    try:
+        server = await asyncio.get_running_loop().create_server(cap, host, port, backlog=1024, start_serving=False)
+    except OSError as exc:
+        raise _unavailable(host, port, exc) from exc
+    return Listener(server, cap)
+
+
+async def start(runner: web.AppRunner, listener: Listener) -> None:
+    """Accept connections on a bound ``listener`` for ``runner``, set up by now."""
+    assert runner.server is not None, "runner.setup() first"
     if keys.METRICS in runner.app:
+        cap = listener.cap
         runner.app[keys.METRICS].tally(
             "smartcache_connections",
             "Client connections: accepted, refused with a 503 at the connection cap (max_connections), "
@@ -222,4 +258,12 @@ async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections
             "outcome",
             lambda: dict(cap.counts),
         )
-    return Listener(listening, cap)
+    await listener.server.start_serving()
+
+
+async def listen(runner: web.AppRunner, host: str, port: int, *, max_connections: int) -> Listener:
+    """Serve ``runner`` (already set up) on ``host:port``. Close the listener before
+    ``runner.cleanup()``, which then closes the connections still open."""
+    listener = await bind(runner, host, port, max_connections=max_connections)
+    await start(runner, listener)
+    return listener

@@ -8,7 +8,13 @@ will name, and the session is the one the proxy derives for a client that sends 
 Intents the policy widens reach every conversation of the tenant anyway.
 
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
-skipped. Conversations are signed concurrently, so the embedder micro-batches them."""
+skipped. Conversations are signed concurrently, so the embedder micro-batches them.
+
+Warm-up holds the data dir's lock, as a proxy does (proxy.http.app.data_dir_lock): a proxy running
+from that directory keeps its vector index in memory, so records written beside it would never be
+served by it, and its index snapshot at shutdown would drop them. Warm-up refuses to start there,
+and a proxy refuses to start while warm-up runs. With the Redis store, warm with a data dir of
+its own: the replicas' change feed brings them the records."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.http.app import tenant_salt
+from proxy.http.app import data_dir_lock, tenant_salt
 from proxy.identity import Identity, clean_header_id, derived_session, tenant_of
 from proxy.model import SessionLast
 from proxy.observability.metrics import Metrics
@@ -28,6 +34,12 @@ from proxy.settings import Settings
 from proxy.signing.conversation import request_hash
 from proxy.storage.base import Selector
 from proxy.tools.datasets.traces import Conversation
+
+WARM_ADVICE = (
+    "a running proxy would never serve records warmed beside it (its index is in memory) and would "
+    "drop them at shutdown. Stop the proxy, warm, then start it again; with the Redis store "
+    "(store: redis), warm with a --data-dir of its own instead: the replicas pick the records up"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +98,16 @@ async def warm(
     convs: Sequence[Conversation], settings: Settings, *, target: WarmTarget, concurrency: int = 16
 ) -> tuple[int, int]:
     s = settings.replace(ready_after=0.0)  # warmed answers are past their feedback window already
-    salt = tenant_salt(s.data_dir)
+    with data_dir_lock(s.data_dir, advice=WARM_ADVICE):
+        return await _warm_all(convs, s, target=target, concurrency=concurrency)
+
+
+async def _warm_all(
+    convs: Sequence[Conversation], s: Settings, *, target: WarmTarget, concurrency: int
+) -> tuple[int, int]:
     async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics()) as parts:
+        # the store's salt, as the proxy's: with Redis, the one every replica keys tenants by
+        salt = await parts.cache.store.tenant_salt(tenant_salt(s.data_dir))
         gate = asyncio.Semaphore(concurrency)
 
         async def one(conv: Conversation) -> tuple[int, int]:

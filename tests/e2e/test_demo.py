@@ -18,7 +18,16 @@ import openai
 import pytest
 
 from proxy.settings import load_settings
-from proxy.tools.demo import MAX_TOKENS, SCRIPT, SYSTEM_PROMPT, DemoTurn, TurnResult, demo_settings, results_table
+from proxy.tools.demo import (
+    MAX_TOKENS,
+    SCRIPT,
+    SYSTEM_PROMPT,
+    DemoTurn,
+    TurnResult,
+    demo_settings,
+    notes,
+    results_table,
+)
 from tests.conftest import Proxy, Upstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +37,16 @@ READY = "Ctrl-C stops the proxy and the engine."
 
 def demo_env(model_home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTCACHE_")}
-    # the pack built once for the test session; a wide table so no cell is folded
-    return {**env, "SMARTCACHE_MODEL_HOME": str(model_home), "COLUMNS": "240", "PYTHONUNBUFFERED": "1"}
+    # the pack built once for the test session; the 80 columns of a plain terminal
+    return {**env, "SMARTCACHE_MODEL_HOME": str(model_home), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
+
+
+ROW = re.compile(r"^\s*(\d+)\s{2,}")
 
 
 def table_rows(out: str) -> list[list[str]]:
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
-    return [row for row in rows if row and row[0].isdigit()]
+    """Each turn's first line, as cells: #, the turn's first words, status, sim, ms, saved, kv."""
+    return [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if ROW.match(line)]
 
 
 def refused(port: int) -> bool:
@@ -62,15 +74,16 @@ async def start_demo(tmp_path: Path, model_home: Path, *extra: str) -> asyncio.s
 
 def check_table(out: str) -> None:
     rows = table_rows(out)
-    assert len(rows) == len(SCRIPT), out
-    statuses = [row[4] for row in rows]
-    assert {"miss", "hit", "bypass"} <= set(statuses), out
-    assert {row[1] for row in rows} == {"zh", "en"}
+    assert [row[0] for row in rows] == [str(i) for i in range(1, len(SCRIPT) + 1)], out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    # what each turn is said to show is what it showed
+    assert [row[2] for row in rows] == [turn.expect for turn in SCRIPT], out
+    assert "was expected to be" not in out, out
     for row in rows:
-        if row[4] == "hit":
-            assert float(row[6]) >= 0.9 and int(row[8]) > 0, row  # a hit saved the tokens of its record
-        if row[4] == "bypass":
-            assert row[6] == "-" and int(row[8]) == 0, row
+        if row[2] == "hit":
+            assert float(row[3]) >= 0.9 and int(row[5]) > 0, row  # a hit saved the tokens of its record
+        if row[2] == "bypass":
+            assert row[3] == "-" and int(row[5]) == 0, row
 
 
 @pytest.mark.engine
@@ -142,21 +155,52 @@ def test_demo_settings_start_the_local_engine_with_instant_answers(tmp_path: Pat
 def test_script_is_bilingual_and_shows_every_status() -> None:
     assert 6 <= len(SCRIPT) <= 8
     assert {t.lang for t in SCRIPT} == {"zh", "en"}
-    for status in ("miss", "hit", "half-hit", "bypass"):
-        assert any(t.shows.endswith(f": {status}") for t in SCRIPT), status
+    assert {t.expect for t in SCRIPT} == {"miss", "hit", "half-hit", "bypass"}
 
 
-@pytest.mark.parametrize(("similarity", "shown"), [(None, "-"), (0.98765, "0.988")])
-def test_results_table_cells(similarity: float | None, shown: str) -> None:
+def result(turn: DemoTurn, status: str, reason: str, similarity: float | None = 0.98765) -> TurnResult:
+    return TurnResult(turn, status, reason, similarity, 12.4, 0, 5, "hi")
+
+
+def rendered(results: list[TurnResult], width: int = 80) -> str:
     from rich.console import Console
 
-    result = TurnResult(
-        DemoTurn("en", "hello there", "first ask: miss"), "miss", "no_candidate", similarity, 12.4, 0, 5, "hi"
-    )
-    console = Console(record=True, width=200)
-    console.print(results_table([result]))
-    (row,) = table_rows(console.export_text())
-    assert row == ["1", "en", "hello there", "first ask: miss", "miss", "no_candidate", shown, "12", "0", "5"]
+    console = Console(record=True, width=width)
+    console.print(results_table(results))
+    for note in notes(results):
+        console.print(note, markup=False, highlight=False)
+    return console.export_text()
+
+
+@pytest.mark.parametrize(("similarity", "shown"), [(None, "-"), (0.98765, "0.99")])
+def test_results_table_cells(similarity: float | None, shown: str) -> None:
+    out = rendered([result(DemoTurn("en", "hello there", "miss", "first ask"), "miss", "no_candidate", similarity)])
+    (row,) = table_rows(out)
+    assert row == ["1", "hello there", "miss", shown, "12", "0", "5"]
+    assert "no_candidate" in out and "first ask" in out
+
+
+def test_the_whole_script_fits_80_columns_with_every_turn_whole() -> None:
+    """At 80 columns (a plain terminal, or a pipe) the table neither folds its headers nor cuts a
+    turn: the turn's text wraps, every other cell stays on its row."""
+    results = [result(turn, turn.expect, "modifies_context") for turn in SCRIPT]
+    out = rendered(results)
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert re.search(r"^ *# +turn +cache +sim +ms +saved +kv *$", out, re.M), out
+    assert [row[2] for row in table_rows(out)] == [turn.expect for turn in SCRIPT]
+    for row, turn in zip(table_rows(out), SCRIPT, strict=True):
+        assert turn.text.startswith(row[1]) and len(row[1]) >= 10, row  # each begins on its row
+    assert "…" not in out  # wrapped (folded, for Chinese), never cut
+
+
+def test_a_turn_that_came_out_otherwise_is_marked_and_said() -> None:
+    turns = [DemoTurn("en", "Give me tips, and one about coffee.", "half-hit", "an addition")]
+    out = rendered([result(turns[0], "miss", "below_candidate")])
+    (row,) = table_rows(out)
+    assert row[2] == "miss !"
+    said = " ".join(out.split())
+    assert "! turn 1 was expected to be a half-hit (an addition) and was a miss (below_candidate)." in said
+    assert "was expected" not in rendered([result(turns[0], "half-hit", "modifies_context")])
 
 
 async def run_example(proxy: Proxy, *command: str) -> str:

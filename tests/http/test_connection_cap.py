@@ -10,6 +10,7 @@ import resource
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -144,18 +145,77 @@ async def test_past_the_refusals_it_can_wait_for_a_connection_is_closed_unanswer
         w.close()
 
 
-async def test_an_app_that_cannot_listen_is_cleaned_up_all_the_same() -> None:
-    cleaned: list[bool] = []
+async def test_an_app_that_fails_to_start_lets_the_address_and_what_started_go() -> None:
+    stopped: list[str] = []
+
+    async def first(_: web.Application) -> AsyncIterator[None]:
+        yield
+        stopped.append("first")  # the engine, say: started before the failing part
+
+    async def failing(_: web.Application) -> AsyncIterator[None]:
+        raise RuntimeError("the store would not open")
+        yield
+
     app = web.Application()
+    app.cleanup_ctx.extend([first, failing])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(RuntimeError):
+        async with serving(app, "127.0.0.1", port, max_connections=3):
+            pass
+    assert stopped == ["first"]
+    with socket.socket() as again:  # the address is free again
+        again.bind(("127.0.0.1", port))
 
-    async def on_cleanup(_: web.Application) -> None:
-        cleaned.append(True)
 
-    app.on_cleanup.append(on_cleanup)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        with pytest.raises(OSError):
-            async with serving(app, "127.0.0.1", taken.getsockname()[1], max_connections=3):
+# --- an address that cannot be had -------------------------------------------------------------------
+
+
+async def test_a_busy_port_fails_before_the_app_starts_saying_which_and_what_to_do() -> None:
+    started: list[str] = []
+
+    async def ctx(_: web.Application) -> AsyncIterator[None]:
+        started.append("app")
+        yield
+
+    app = web.Application()
+    app.cleanup_ctx.append(ctx)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(listener_module.PortUnavailable) as err:
+            async with serving(app, "127.0.0.1", port, max_connections=3):
                 pass
-    assert cleaned == [True]  # the store and the data-dir lock are let go, as on a normal stop
+    assert started == []  # no model, engine or store loaded for nothing
+    assert str(err.value).startswith(f"127.0.0.1:{port}: port: in use by another process")
+    assert "--port" in str(err.value)
+
+
+def test_the_cli_says_a_busy_port_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy import cli
+
+    monkeypatch.setattr(cli, "configure_logging", lambda level, **_: None)  # the one global call: not in a test
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--upstream", "http://127.0.0.1:9/v1", "--data-dir", str(tmp_path), "--port", str(port)]
+        code = cli.main(argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: 127.0.0.1:{port}: port: " + err.split(": port: ", 1)[1].strip()]
+    assert "Traceback" not in err and f"127.0.0.1:{port}" in err and "--port" in err
+
+
+async def test_connections_wait_for_the_app_to_start() -> None:
+    """Bound first, accepting only once set up: a client early is refused, never half-served."""
+    app = web.Application()
+    app.router.add_get("/hello", hello)
+    async with serving(app, "127.0.0.1", 0, max_connections=3) as listener:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        assert (await get(reader, writer))[0] == 200
+        writer.close()

@@ -48,7 +48,7 @@ def test_the_cli_says_it_in_one_line(
 ) -> None:
     from proxy import cli
 
-    monkeypatch.setattr(cli, "configure_logging", lambda level: None)  # the one global call: not in a test
+    monkeypatch.setattr(cli, "configure_logging", lambda level, **_: None)  # the one global call: not in a test
     with data_dir_lock(tmp_path):
         code = cli.main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--data-dir", str(tmp_path), "--port", "0"])
     assert code == 2

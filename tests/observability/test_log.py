@@ -4,8 +4,10 @@ URLs' query strings, in headers."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,3 +141,64 @@ def test_scrubbing_without_a_credentials_mark_changes_nothing_the_patterns_would
         text = "".join(rng.choice(parts) for _ in range(n))
         want = _CREDENTIAL.sub(rf"\1\2{REDACTED}", _QUERY_SECRET.sub(rf"\1{REDACTED}", text))
         assert scrub(text) == want, text
+
+
+# --- debug without the libraries' traces, and one JSON object a line ------------------------------
+
+
+async def test_debug_keeps_aiosqlites_traces_out_unless_asked(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import aiosqlite
+
+    async def run() -> list[dict[str, Any]]:
+        async with aiosqlite.connect(":memory:") as db:
+            await db.execute("create table t (x)")
+            await db.execute("insert into t values (1)")
+        structlog.get_logger("smartcache").debug("cache.lookup", candidates=0)
+        return _json_lines(capsys.readouterr().out)
+
+    configure_logging("debug")
+    assert [line["event"] for line in await run()] == ["cache.lookup"]
+    configure_logging("debug", libraries="debug")
+    lines = await run()
+    assert {line.get("logger") for line in lines} >= {"aiosqlite", None}
+    assert lines[-1]["event"] == "cache.lookup"
+
+
+def test_libraries_never_open_below_log_level(restored_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("warning", libraries="debug")
+    logging.getLogger("aiosqlite").info("executing")
+    structlog.get_logger("smartcache").info("cache.lookup")
+    assert capsys.readouterr().out == ""
+
+
+class _InterruptedStream(io.StringIO):
+    """Once armed, the first write lets another thread log a library record and waits a moment
+    for it: were the line's newline a write of its own, the record would land before it, two
+    objects glued on one line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.other: threading.Thread | None = None
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.armed:
+            self.armed = False
+            self.other = threading.Thread(target=logging.getLogger("aiosqlite").warning, args=("from a thread",))
+            self.other.start()
+            self.other.join(timeout=0.5)  # blocked by the writer's lock until the line is whole
+        return written
+
+
+def test_a_library_record_from_another_thread_never_glues_onto_a_line(restored_logging: None) -> None:
+    stream = _InterruptedStream()
+    configure_logging("info", stream=stream)
+    stream.armed = True
+    structlog.get_logger("smartcache").info("chat.request", status="miss")
+    assert stream.other is not None
+    stream.other.join()
+    lines = stream.getvalue().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["chat.request", "from a thread"]

@@ -34,7 +34,7 @@ def _trace(path: Path) -> Path:
 async def _warm(tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> None:
     monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
     # the command configures structlog for the whole process; later tests capture its logs
-    monkeypatch.setattr(proxy.cli, "configure_logging", lambda level: None)
+    monkeypatch.setattr(proxy.cli, "configure_logging", lambda level, **_: None)
     argv = ["warm", str(_trace(tmp_path / "t.jsonl")), "--data-dir", str(tmp_path / "data"), *flags]
     assert await asyncio.to_thread(main, argv) == 0
 
@@ -73,3 +73,28 @@ def test_warm_help_offers_its_own_flags_and_no_serve_only_ones() -> None:
 def test_warm_needs_the_model_clients_send() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["warm", "t.jsonl"])
+
+
+def test_warm_refuses_a_data_dir_a_running_proxy_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running proxy's index lives in memory: records written beside it would never be served
+    by it (the "4 records written" it never serves). Warm takes the proxy's lock, or says why not."""
+    from proxy.http.app import data_dir_lock
+
+    monkeypatch.setattr(proxy.cli, "configure_logging", lambda level, **_: None)
+    data = tmp_path / "data"
+    with data_dir_lock(data):  # as `smartcache serve` holds it
+        code = main(["warm", str(_trace(tmp_path / "t.jsonl")), "--model", "m", "--data-dir", str(data)])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "records written" not in captured.out
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"error: {data}: data_dir: in use by another SmartCache process")
+    assert "Stop the proxy, warm, then start it again" in line and "store: redis" in line
+
+
+def test_warm_help_says_it_runs_with_the_proxy_stopped() -> None:
+    sub = build_parser()._subparsers._group_actions[0].choices["warm"]  # type: ignore[union-attr]
+    text = " ".join(sub.format_help().split())
+    assert "with the proxy stopped" in text and "lock" in text and "Redis" in text

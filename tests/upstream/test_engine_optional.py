@@ -59,7 +59,7 @@ def test_serve_without_an_upstream_or_the_wheel_says_how_to_install_it(
     from proxy import cli
 
     monkeypatch.setitem(sys.modules, WHEEL, None)  # how Python marks a module as not importable
-    monkeypatch.setattr(cli, "configure_logging", lambda level: None)  # the one global call: not in a test
+    monkeypatch.setattr(cli, "configure_logging", lambda level, **_: None)  # the one global call: not in a test
     code = cli.main(["serve", "--data-dir", str(tmp_path), "--port", "0"])
     err = capsys.readouterr().err
     assert code == 2, err
