@@ -7,7 +7,8 @@ tenant of its own, never the Bearer tenant of the same secret and never shared w
 unrecognised credentials. A credential in the query string (``?api-key=``, ``?key=``: the query
 goes upstream with the request, and some gateways authenticate by it) makes a tenant of its own
 with the Authorization header, so two keys sent that way never share answers; keys in bodies are
-ignored, and two Authorization headers are refused: the cache must not key on one while upstream
+ignored. A key in another credential header (``api-key``, ``x-api-key``) does the same; two
+Authorization headers are refused: the cache must not key on one while upstream
 sees another.
 """
 
@@ -70,6 +71,21 @@ def query_tenant(authorization: str | None, query: Sequence[tuple[str, str]], *,
     return "q-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
+# headers other than Authorization that carry a credential (Azure OpenAI's ``api-key``, gateways'
+# ``x-api-key``): the upstream authenticates by them, so the cache must key on them too
+HEADER_CREDENTIALS = ("api-key", "x-api-key", "x-goog-api-key", "ocp-apim-subscription-key")
+
+
+def header_tenant(authorization: str | None, headers: Mapping[str, str], *, salt: str) -> str | None:
+    """``h-``: a tenant of the credential headers (``HEADER_CREDENTIALS``) together with the
+    Authorization header, when any is sent; None when none is."""
+    found = [(name, headers[name].strip()) for name in HEADER_CREDENTIALS if (headers.get(name) or "").strip()]
+    if not found:
+        return None
+    material = "\x1f".join([salt, (authorization or "").strip(), *(f"{k}={v}" for k, v in found)])
+    return "h-" + hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
 def _one_authorization(headers: Mapping[str, str]) -> str | None:
     # aiohttp's headers keep every value of a repeated header; a plain Mapping cannot repeat one
     getall = getattr(headers, "getall", None)
@@ -117,7 +133,12 @@ def identify(
 ) -> Identity:
     """``query``: the request's query string as pairs, which goes upstream with it."""
     authorization = _one_authorization(headers)
-    tenant = query_tenant(authorization, query, salt=salt) or tenant_of(authorization, salt=salt)
+    with_header = header_tenant(authorization, headers, salt=salt)
+    tenant = (
+        query_tenant(with_header or authorization, query, salt=salt)
+        or with_header
+        or tenant_of(authorization, salt=salt)
+    )
     explicit = clean_header_id(headers.get(SESSION_HEADER), SESSION_HEADER)
     user = clean_header_id(headers.get(USER_HEADER), USER_HEADER) or request.user
     session = explicit or derived_session(tenant, request, user=user)

@@ -41,3 +41,22 @@ def test_query_tenants_are_apart_by_key_by_header_and_from_every_other_tenant() 
         ANONYMOUS,
     }
     assert one not in others and len(others) == 5
+
+
+def test_a_key_in_an_azure_or_gateway_header_is_a_tenant_of_its_own() -> None:
+    from multidict import CIMultiDict
+
+    from proxy.identity import identify
+    from proxy.openai.request import parse_chat_request
+
+    request = parse_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+
+    def tenant(**headers: str) -> str:
+        return identify(CIMultiDict(headers), request, salt=SALT).tenant
+
+    one, two = tenant(**{"api-key": "k1"}), tenant(**{"api-key": "k2"})
+    assert one != two and ANONYMOUS not in (one, two)  # before: both the anonymous tenant
+    assert one == tenant(**{"API-Key": "k1"}) and one.startswith("h-")
+    assert tenant(**{"x-api-key": "k1"}) not in (one, two, tenant())
+    assert tenant(**{"api-key": "k1", "Authorization": "Bearer b"}) != one
+    assert tenant(**{"api-key": " "}) == tenant() == ANONYMOUS
