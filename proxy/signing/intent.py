@@ -4,27 +4,36 @@ margin.
 The never-cache rules (proxy/text/never_cache.py) come first: a realtime or medical request the
 exemplars miss would be stored and served to someone else, so recall there beats everything. They
 only name intents the policy defines and does not cache; a policy that caches realtime on
-purpose keeps its own classification.
+purpose keeps its own classification. They read the conversation, not the turn alone: medical holds
+for the rest of the conversation it governs, realtime for the follow-ups that lean on it
+(proxy/text/carry_over.py). The forcing keywords of another never-cached intent count as one more
+such rule, read in the user's own words (not in a text handed over to translate); realtime and
+medical keywords decide nothing, forced or as the exemplars' fallback: the rules read those words
+finer ("What is an exchange rate?", 天气 in a text to translate) and have had their say.
 
 Exemplars are embedded once when a policy is loaded (with the cache's own embedder), so a
 request costs one matrix product here. Short follow-ups ("and the breakfast?") carry too
-little signal: they inherit the conversation's running intent.
+little signal: they inherit the conversation's running intent, unless that intent is never
+cached, which carries only by the rules above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.policy import Policy
-from proxy.text.never_cache import never_cache_match
+from proxy.signing.conversation import LruDict
+from proxy.text.carry_over import TurnReading, carried, read_turn
+from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch
 from proxy.text.normalize import NormalText
 from proxy.text.phrases import KeywordRules
 
 GENERAL = "general"
+RULED = frozenset({MEDICAL, REALTIME})  # the never-cached intents proxy.text.never_cache recognises
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,7 @@ class IntentGuess:
 
 
 class IntentClassifier:
-    def __init__(self, policy: Policy, names: Sequence[str], matrix: np.ndarray) -> None:
+    def __init__(self, policy: Policy, names: Sequence[str], matrix: np.ndarray, *, reading_cache: int = 8192) -> None:
         self.policy = policy
         self._names = list(names)
         # exemplars grouped by intent (first-seen order), so one reduceat gives each intent's best
@@ -45,9 +54,21 @@ class IntentClassifier:
         self._matrix = np.ascontiguousarray(np.asarray(matrix, dtype=np.float32)[order])
         grouped = [self._names[i] for i in order]
         self._starts = np.array([grouped.index(name) for name in self._intents], dtype=np.intp)
-        self._forcing = KeywordRules({n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords})
-        self._keywords = KeywordRules({n: p.keywords for n, p in policy.intents.items() if p.keywords})
         self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
+        forcing = {n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords}
+        self._forcing = KeywordRules({n: k for n, k in forcing.items() if n not in self._never_cached})
+        # a never-cached intent's forcing keywords are one more never-cache rule, except for the
+        # intents the rules name: their rules read the same words finer ("What is an exchange
+        # rate?", "Now into Spanish.", 天气 in a text to translate) and a keyword would undo that
+        self._never_forcing = KeywordRules(
+            {n: k for n, k in forcing.items() if n in self._never_cached and n not in RULED}
+        )
+        # nor do they pick one when the exemplars are unsure: the rules have had their say
+        self._keywords = KeywordRules(
+            {n: p.keywords for n, p in policy.intents.items() if p.keywords and not (n in RULED and not p.cache)}
+        )
+        # history turns come back with every request: each is read once per policy
+        self._readings: LruDict[str, TurnReading] = LruDict(reading_cache)
 
     @classmethod
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
@@ -56,13 +77,19 @@ class IntentClassifier:
         matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
         return cls(policy, names, matrix)
 
-    def classify(self, text: NormalText, vector: np.ndarray, *, running: str | None = None) -> IntentGuess:
-        never = never_cache_match(text)
-        if never is not None and never.intent in self._never_cached:
+    def classify(
+        self, text: NormalText, vector: np.ndarray, *, running: str | None = None, asked: Sequence[str] = ()
+    ) -> IntentGuess:
+        """``asked``: the conversation's user turns as written, oldest first, this one last; the
+        never-cache rules read them. Without them, ``text`` alone."""
+        never = self.never_cached(asked or (text,))
+        if never is not None:
             return IntentGuess(never.intent, 1.0, forced=True)
         forced = self._forcing.intent(text)
         if forced:
             return IntentGuess(forced, 1.0, forced=True)
+        if running in self._never_cached:
+            running = None  # carried by the never-cache rules or not at all
         settings = self.policy.classifier
         best, best_sim, second = self._nearest(vector)
         if len(text.strip()) <= settings.followup_max_chars and running and running != GENERAL:
@@ -73,6 +100,19 @@ class IntentClassifier:
                 return IntentGuess(by_keyword, best_sim)
             return IntentGuess(running or GENERAL, best_sim)
         return IntentGuess(best, best_sim)
+
+    def never_cached(self, asked: Sequence[str]) -> NeverCacheMatch | None:
+        """The never-cache intent of the last of ``asked`` (a conversation's user turns as written),
+        from the rules and this policy's forcing keywords of never-cached intents, carried over by
+        proxy.text.carry_over; None where the policy caches what the rules name."""
+        found = carried([self._readings.remember(turn, self._read) for turn in asked])
+        return found if found is not None and found.intent in self._never_cached else None
+
+    def _read(self, turn: str) -> TurnReading:
+        reading = read_turn(turn)
+        if reading.match is None and (keyword := self._never_forcing.intent(NormalText(reading.asked))):
+            return replace(reading, match=NeverCacheMatch(keyword, "policy keyword"))
+        return reading
 
     def _nearest(self, vector: np.ndarray) -> tuple[str | None, float, float]:
         """Best intent, best similarity, and the best similarity of any *other* intent."""

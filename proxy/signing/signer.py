@@ -142,7 +142,8 @@ class ContextSigner:
         vecs = await self.vectors([current, *recent, kept_view[0], *kept_view[1]], stages, before_model)
         vecs = vecs[: 1 + len(recent)]
         running = self._running_intent(recent, vecs[1:])
-        guess = self.classifier.classify(current, vecs[0], running=running)
+        said = [*(m.text for m in history if m.role == "user"), conv.current_raw]
+        guess = self.classifier.classify(current, vecs[0], running=running, asked=said)
         restated = (
             self._restated_answer(history, current)
             if self.classifier.policy.for_intent(guess.intent).restatement

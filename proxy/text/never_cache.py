@@ -24,6 +24,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Final
 
+from proxy.text.material import asked_words
+
 REALTIME: Final = "realtime"
 MEDICAL: Final = "medical"
 
@@ -32,6 +34,7 @@ MEDICAL: Final = "medical"
 class NeverCacheMatch:
     intent: str  # REALTIME or MEDICAL
     rule: str  # the name of the pattern that fired, for logs and the benchmark
+    carried: bool = False  # carried over from an earlier turn (proxy/text/carry_over.py)
 
 
 def _en(*alternatives: str) -> str:
@@ -41,7 +44,7 @@ def _en(*alternatives: str) -> str:
 
 _ASSET_EN: Final = (
     r"bitcoin|btc|ethereum|eth|crypto(?:currency|currencies)?|dogecoin|doge|solana|xrp|litecoin|"
-    r"stocks?|shares?|nasdaq|dow jones|dow|s&p ?500|ftse|nikkei|hang seng|index fund|etf|"
+    r"stocks?|shares?|nasdaq|dow jones|dow|s&p(?: ?500)?|index funds?|ftse|nikkei|hang seng|index fund|etf|"
     r"gold|silver|oil|crude|brent|gas|gasoline|petrol|diesel"
 )
 _CURRENCY_EN: Final = (
@@ -65,14 +68,23 @@ _DRUG_EN: Final = (
     r"metformin|insulin|statins?|atorvastatin|lisinopril|amlodipine|warfarin|prednisone|"
     r"antidepressants?|sertraline|prozac|fluoxetine|xanax|melatonin|benadryl|antihistamines?|"
     r"cough syrup|birth control|contraceptive pills?|blood thinners?|painkillers?|pills?|tablets?|"
-    r"medicines?|medications?|drugs?|supplements?|vitamin [a-z0-9]+"
+    r"medicines?|medications?|drugs?|supplements?|vitamin [a-z0-9]+|dayquil|nyquil|theraflu|sudafed|mucinex|"
+    r"claritin|zyrtec|allegra|pepto(?:-bismol)?|tums|imodium|robitussin|midol|"
+    # the stems drug names are built on: omeprazole, loratadine, ciprofloxacin, sumatriptan, ...
+    r"[a-z]{3,}(?:cillin|mycin|cycline|prazole|azole|statin|sartan|profen|tadine|zepam|tidine|floxacin|"
+    r"triptan|gliptin|oxetine|olol)"
 )
 _SYMPTOM_EN: Final = (
     r"headaches?|migraines?|fever|feverish|chills|cough(?:ing)?|sore throat|runny nose|"
     r"nausea|nauseous|vomit(?:ing)?|throwing up|diarrh(?:o)?ea|constipat(?:ed|ion)|dizz(?:y|iness)|"
     r"rash|hives|itch(?:y|ing)|swollen|swelling|bleeding|blood in (?:my|the) (?:urine|stool|poop)|chest pain|"
-    r"(?:stomach|tummy|back|neck|ear|tooth|joint|knee|belly|abdominal|pelvic) ?(?:ache|pain)|"
-    r"short(?:ness)? of breath|palpitations|numb(?:ness)?|tingling|fatigue|insomnia|"
+    r"(?:stomach|tummy|back|neck|ear|tooth|joint|knee|belly|abdominal|pelvic|jaw|hip|shoulder|wrist|ankle|foot|"
+    r"feet|side|eye|arm|leg|hand|finger|toe|rib|groin|heel|muscle) ?(?:ache|pains?)|"
+    r"(?:sharp|dull|stabbing|burning|shooting|throbbing|constant) pains?|pains? in my|puffy|"
+    r"diabetes|asthma|epilepsy|hypertension|high blood pressure|arthritis|ibs|crohn's|celiac|copd|"
+    r"short(?:ness)? of breath|palpitations|numb(?:ness)?|tingling|fatigue|insomnia|heartburn|acid reflux|"
+    r"stiff (?:neck|back|joints?)|(?:a (?:bad |head |chest )?)cold|the flu|flu|covid|strep|pneumonia|bronchitis|"
+    r"sinusitis|uti|"
     r"infection|infected|inflamed|sprain(?:ed)?|fractured?|cramps?|(?:a|this|the) (?:lump|mole|cyst|wart|bump) "
     r"(?:in|on|under)"
 )
@@ -97,7 +109,11 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             + _en(r"how much is|how much are|how much does|what's|what is")
             + r" (?:an? |one |1 |the )?"
             + _en(_ASSET_EN)
-            + r"(?: (?:worth|cost|trading at|going for|selling for))?\s*[?.!]?$"
+            + r"(?: (?:at|worth|cost|trading at|going for|selling for))?\s*[?.!]?$"
+            + "|"
+            + _en(r"should i (?:buy|sell|hold|invest in|get out of)")
+            + r" (?:[a-z]+ ){0,2}"
+            + _en(_ASSET_EN)
         ),
     ),
     (
@@ -120,11 +136,21 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             )
             + "|"
             + _en(_CURRENCY_EN)
-            + r"\s*(?:to|in|into|against|vs\.?|versus|per)\s*"
+            + r"\s*(?:to|in|into|against|vs\.?|versus|per)\s*(?:[a-z]+ )?"
             + _en(_CURRENCY_EN)
+            + "|"
+            + _en(_CURRENCY_EN)
+            + r".{0,25}"
+            + _en(r"rates?|exchange")
             + "|"
             + _en(r"how much is|convert")
             + r" (?:an? |one |\d+ )?"
+            + _en(_CURRENCY_EN)
+            + "|"
+            + _en(r"how many")
+            + " "
+            + _en(_CURRENCY_EN)
+            + r".{0,30}"
             + _en(_CURRENCY_EN)
         ),
     ),
@@ -149,7 +175,9 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         re.compile(
             r"(?:is|are) [a-z .]{2,40} winning|"
             + _en(
-                r"who won|who is winning|who's winning|who scored|final score|live score|the score|score of|"
+                r"who won|who is winning|who's winning|who(?:'s| is| are) playing|"
+                r"who(?:'s| is) (?:leading|ahead|in the lead)|"
+                r"who scored|final score|live score|the score|score of|"
                 r"scores (?:today|tonight|last night|so far)|scoreline|"
                 r"match result|game result|results? of the (?:game|match|race|election)|standings|leaderboard"
             )
@@ -161,8 +189,12 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             _en(
                 r"flight [a-z]{0,3}\d+|(?:flight|train|bus)[^.?!]{0,20}(?:delayed|on time|cancell?ed)|delays? at|"
                 r"in stock|out of stock|still available|sold out|open right now|still open|"
+                r"(?:tickets?|seats?|rooms?|parking|spaces?|spots?|tables?) (?:left|still available)|"
+                r"any (?:tickets|seats)|"
+                r"(?:is|are) there (?:still )?(?:any )?(?:parking|tickets?|seats?|spaces?|spots?|rooms?|tables?)|"
                 r"traffic (?:on|near|jam|like)|"
-                r"headlines|breaking news|in the news|news (?:today|about|on|from)|any news|what's new with"
+                r"headlines|breaking news|in the news|news (?:today|about|on|from)|any (?:news|updates)|latest updates|"
+                r"what's new with|what(?:'s| is) (?:happening|going on) (?:with|in|at)|latest on"
             )
         ),
     ),
@@ -199,7 +231,8 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "zh_weather",
         re.compile(
-            r"天气|气温|温度多少|下雨|下雪|降雨|暴雨|大雨|小雨|雷阵雨|台风|雾霾|空气质量|pm2\.?5|"
+            r"天气|气温|温度多少|(?:今天|明天|后天|现在|今晚|明早|周末|这周|下周|早上|晚上|白天|中午)(?:的)?(?:气温|温度)?(?:是)?"
+            r"(?:多少度|几度)|下雨|下雪|降雨|暴雨|大雨|小雨|雷阵雨|台风|雾霾|空气质量|pm2\.?5|"
             r"冷不冷|热不热|刮风|大风|阴天|多云|紫外线|预报|寒潮|带伞"
         ),
     ),
@@ -211,7 +244,7 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         "zh_status",
         re.compile(
             r"航班.{0,8}(?:延误|晚点|取消|起飞|到达|状态)|延误了|晚点了|还有货|有没有货|有货吗|还有库存|库存还有|余票|还有票|"
-            r"还有房|有空房|还开着|营业了吗|在营业|路况|堵车|新闻(?!稿|学|专业|写作)|头条|热搜|快讯"
+            r"还有房|有空房|(?:门票|票)还(?:能|可以)?(?:买到|买|有)|还能买到|抢到票|售罄|卖完了吗|还开着|营业了吗|在营业|路况|堵车|新闻(?!稿|学|专业|写作|联播)|头条|热搜|快讯"
         ),
     ),
     (
@@ -256,9 +289,9 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         "en_symptom",
         re.compile(
             _en(
-                r"symptoms?|i have|i've got|i've had|i got|i feel|i'm feeling|i am feeling|my (?:child|son|daughter|"
-                r"baby|kid|wife|husband|mom|mother|dad|father) (?:has|had|is|keeps)|having|suffering from|"
-                r"keep getting|been getting"
+                r"symptoms?|i have|i've got|i've had|i got|i feel|i'm feeling|i am feeling|my (?:[a-z0-9'-]+ ){1,2}"
+                r"(?:has|had|is|are|keeps|gets|got|feels|looks)|having|suffering from|keep getting|been getting|"
+                r"ha(?:s|ve|d)|got|getting|feel(?:s|ing)?|felt|been|still|with"
             )
             + r".{0,40}"
             + _en(_SYMPTOM_EN)
@@ -273,6 +306,15 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             )
             + "|"
             + _en(r"hurts?|hurting|aches?|aching|sore|painful|pain when|pain in my|bleeds?")
+            + "|"
+            + _en(
+                r"(?:is|are|it's|looks|feels|got) (?:really |very |a bit |all |so )?(?:swollen|bruised|infected|"
+                r"inflamed|numb)|(?:twisted|sprained|broke|hurt|injured|cut|burned|burnt|bumped|pulled) my [a-z]+|"
+                r"(?:my )?period (?:is|was) .{0,15}late|missed (?:my|a) period|i'm pregnant|i am pregnant|"
+                r"(?:stung|bitten) by|"
+                r"(?:swallowed|ingested|ate|drank) (?:a |an |some |the |my |two |three )?(?:[a-z]+ ){0,2}"
+                r"(?:magnets?|batter(?:y|ies)|bleach|coins?|detergent|poison|pills?|pods?)"
+            )
         ),
     ),
     (
@@ -295,7 +337,7 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         re.compile(
             r"剂量|药量|用药|服用|吃几片|一次吃几|一天吃几|一天最多|同时吃|副作用|处方|什么药|药物|过量服|孕妇能|哺乳期|"
             r"布洛芬|对乙酰氨基酚|扑热息痛|阿司匹林|阿莫西林|头孢|青霉素|抗生素|消炎药|退烧药|感冒药|降压药|降糖药|"
-            r"胰岛素|安眠药|止痛药|止疼药|褪黑素|维生素|钙片|激素药|中药|西药|药片|药膏|胶囊"
+            r"胰岛素|安眠药|退热贴|退烧贴|止痛药|止疼药|褪黑素|维生素|钙片|激素药|中药|西药|药片|药膏|胶囊"
         ),
     ),
     (
@@ -303,8 +345,9 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         re.compile(
             rf"症状|(?:[{_BODY_ZH}]|膝盖|脚踝|手腕|后背|肩膀|牙齿|眼睛|肚脐|屁股|大腿|小腿|脚底|嘴巴|舌头)[又很好有点]?(?:疼|痛|酸|胀|麻|痒|肿)|"
             r"痒|打嗝|耳鸣|口腔溃疡|长痘|掉头发|脱发|疼痛|发烧|发热|低烧|高烧|烧到|咳嗽|咳痰|流鼻涕|鼻塞|嗓子|喉咙痛|恶心|想吐|"
-            r"呕吐|腹泻|拉肚子|便秘|便血|头晕|眩晕|胸闷|心慌|心悸|气短|喘不上气|皮疹|疹子|红疹|起疹|过敏|湿疹|瘙痒|发痒|"
-            r"肿了|红肿|肿块|硬块|出血|流血|抽筋|乏力|没力气|失眠|盗汗|发炎|感染(?!力)|伤口|扭伤|骨折|烫伤|拉伤"
+            r"口干|起夜|尿频|多尿|[腰脚手脖颈]扭了|扭了腰|闪了腰|呕吐|腹泻|拉肚子|便秘|便血|头晕|眩晕|胸闷|心慌|心悸|气短|喘不上气|皮疹|疹子|红疹|起疹|过敏|湿疹|瘙痒|发痒|"
+            r"肿了|红肿|肿块|硬块|出血|流血|抽筋|乏力|没力气|失眠|盗汗|发炎|感染(?!力)|伤口|扭伤|骨折|烫伤|拉伤|"
+            r"(?<!心)疼(?!爱)|干涩|酸胀|(?:摸着|摸起来|额头|身上|头)(?:有点|很|好)?烫|发烫|被.{0,4}烫|烫到|起了?水泡|崴了|崴脚|扭到|摔伤|割破|割伤|划破|淤青"
         ),
     ),
     (
@@ -318,6 +361,46 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 )
 
 
+# Words a realtime rule fires on that, in some turns, ask about no moment: "now" opening an
+# instruction ("Now into Spanish"), the present of an imagined scene, the weather of a season
+# ("the weather in Kyoto in November"), how weather works ("台风是怎么形成的"); the last two hold
+# only where the turn names no moment.
+_DISCOURSE_NOW: Final = re.compile(r"^now,? (?=[a-z])")
+_HYPOTHETICAL: Final = re.compile(r"^(?:imagine|suppose|pretend|let's say|假设|想象|假如)")
+_CLIMATE_EN: Final = re.compile(
+    _en(r"in|during")
+    + r" (?:the )?"
+    + _en(
+        r"january|february|march|april|may|june|july|august|september|october|november|december|"
+        r"spring|summer|autumn|fall|winter|rainy season|dry season"
+    )
+    + "|"
+    + _en(r"usually|typically|on average|average|climate|generally|normally")
+)
+_MOMENT_EN: Final = re.compile(
+    _en(
+        r"today|tomorrow|tonight|now|right now|currently|later|this|next|weekend|"
+        r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    )
+)
+_EXPLAINS_ZH: Final = re.compile(r"怎么形成|如何形成|是怎么|为什么|原理|是什么|什么是|的成因")
+_MOMENT_ZH: Final = re.compile(
+    r"今天|明天|后天|现在|今晚|明早|这周|本周|下周|周末|几点|一会|马上|最近|目前|星期|周[一二三四五六日天]"
+)
+
+
+def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
+    if name in ("en_present", "zh_present") and _HYPOTHETICAL.search(asked):
+        return True  # a scenario set up to reason about: "想象你正在参加比赛……你现在的位置是什么"
+    if name == "en_present":
+        return not pattern.search(_DISCOURSE_NOW.sub("", asked))
+    if name == "en_weather":
+        return bool(_CLIMATE_EN.search(asked)) and not _MOMENT_EN.search(asked)
+    if name == "zh_weather":
+        return bool(_EXPLAINS_ZH.search(asked)) and not _MOMENT_ZH.search(asked)
+    return False
+
+
 def fold(text: str) -> str:
     """Width-folded, lowercased, single-spaced: the form every rule is written against."""
     folded = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
@@ -326,12 +409,16 @@ def fold(text: str) -> str:
 
 def never_cache_match(text: str) -> NeverCacheMatch | None:
     """The never-cache intent of one user turn, or None. Medical first: "今天头疼" is about a body
-    before it is about a day, and either way it is not cached."""
+    before it is about a day, and either way it is not cached. Medical reads the whole turn,
+    realtime the user's own words (``asked_words``)."""
     folded = fold(text)
     if not folded:
         return None
-    for intent, rules in ((MEDICAL, _MEDICAL_RULES), (REALTIME, _REALTIME_RULES)):
-        for name, pattern in rules:
-            if pattern.search(folded):
-                return NeverCacheMatch(intent, name)
+    for name, pattern in _MEDICAL_RULES:
+        if pattern.search(folded):
+            return NeverCacheMatch(MEDICAL, name)
+    asked = fold(asked_words(text))
+    for name, pattern in _REALTIME_RULES:
+        if pattern.search(asked) and not _exempt(name, pattern, asked):
+            return NeverCacheMatch(REALTIME, name)
     return None

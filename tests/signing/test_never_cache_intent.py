@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Sequence
+
 import numpy as np
+import orjson
 import pytest
 
+from proxy.embedding.batching import BatchingEmbedder
+from proxy.openai.request import parse_chat_request
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
 from proxy.signing.intent import IntentClassifier
+from proxy.signing.signer import ContextSigner, SignerSettings
 
 
 def _classifier_that_says_general() -> tuple[IntentClassifier, np.ndarray]:
@@ -59,3 +65,78 @@ def test_of_intents_tied_at_the_top_the_first_in_the_policy_wins() -> None:
     names = ["code", "travel"]
     matrix = np.stack([_unit(1, 0), _unit(1, 0)])
     assert IntentClassifier(load_policy(DEFAULT_POLICY), names, matrix)._nearest(_unit(1, 0))[0] == "code"
+
+
+class OneDirection:
+    """A stand-in embedding model: every text at the same unit vector, so the exemplars alone
+    decide nothing that a test does not set up."""
+
+    name, dim, max_tokens = "one-direction", 2, 512
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(texts), 1))
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+@pytest.fixture
+async def make_signer() -> AsyncIterator[Callable[[Sequence[str]], ContextSigner]]:
+    """A signer over OneDirection whose exemplars are of the given intents (none: every turn is
+    unsure, and falls back to the conversation's running intent)."""
+    embedder = BatchingEmbedder(OneDirection())
+
+    def make(exemplar_intents: Sequence[str]) -> ContextSigner:
+        matrix = np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(exemplar_intents), 1))
+        classifier = IntentClassifier(load_policy(DEFAULT_POLICY), exemplar_intents, matrix)
+        return ContextSigner(embedder, classifier, SignerSettings())
+
+    yield make
+    await embedder.close()
+
+
+async def intent_of(signer: ContextSigner, turns: Sequence[str]) -> str:
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    sig = await signer.sign(parse_chat_request(orjson.dumps({"model": "m", "messages": msgs})))
+    return sig.tags.intent
+
+
+# issue 38.2: the follow-up of a symptom was stored as `refund` (the exemplars' best) and served
+# to another session as an exact repeat
+async def test_a_medical_conversation_keeps_its_follow_ups_medical(
+    make_signer: Callable[[Sequence[str]], ContextSigner],
+) -> None:
+    signer = make_signer(["refund"])
+    headache = ["I have a headache and nausea.", "Rest in a dark room and drink water."]
+    assert await intent_of(signer, [*headache, "How long will it last?"]) == "medical"
+    assert await intent_of(signer, [*headache, "How long will it last?", "OK", "Can I still go to work?"]) == "medical"
+    assert await intent_of(signer, ["我头疼还有点恶心", "建议先休息。", "要多久才能好"]) == "medical"
+    # a turn on a subject of its own leaves the conversation's medical topic
+    assert await intent_of(signer, [*headache, "Did Cary Grant win any awards?"]) == "refund"
+
+
+# issue 38.3: a realtime intent carried over to requests that are not realtime, and the weather
+# inside a text to translate
+@pytest.mark.parametrize(
+    "turns",
+    [
+        ["What's the weather in Chicago today?", "54°F and cloudy.", "Did Cary Grant win any awards?"],
+        ["Is it going to rain in Portland this weekend?", "Showers Saturday.", "Where did Tyson Chandler grow up?"],
+        ["北京今天天气怎么样", "晴，12到24度。", "C语言会吗"],
+        ["深圳这周末会下雨吗", "周六有雷阵雨。", "星座怎么算"],
+        ["帮我把这句话翻译成英文:今天天气很好."],
+        ["What is an exchange rate?"],  # a policy keyword ("exchange rate") no longer forces realtime
+    ],
+)
+async def test_realtime_holds_only_for_the_turns_that_lean_on_it(
+    make_signer: Callable[[Sequence[str]], ContextSigner], turns: list[str]
+) -> None:
+    assert await intent_of(make_signer([]), turns) not in ("realtime", "medical")
+
+
+@pytest.mark.parametrize("follow_up", ["And tomorrow?", "What about Milwaukee?", "Which channel?", "Why did it go up?"])
+async def test_an_elliptical_follow_up_of_a_realtime_turn_stays_realtime(
+    make_signer: Callable[[Sequence[str]], ContextSigner], follow_up: str
+) -> None:
+    turns = ["What's the weather in Chicago today?", "54°F and cloudy.", follow_up]
+    assert await intent_of(make_signer(["travel"]), turns) == "realtime"

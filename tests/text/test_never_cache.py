@@ -33,6 +33,16 @@ NEVER_CACHED = [
     ("体检报告里转氨酶偏高说明什么", MEDICAL),
     ("膝盖疼是怎么回事", MEDICAL),
     ("今天头疼", MEDICAL),  # a body before a day: either way never cached
+    ("翻译成英文：我这两天嗓子疼，还发烧。", MEDICAL),  # a symptom handed over is still someone's body
+    ("Please translate to German: 'I have had a sore throat and fever since Monday.'", MEDICAL),
+    ("My 4-year-old has a fever of 102 and won't eat.", MEDICAL),
+    ("My daughter got stung by a bee and her hand is puffy.", MEDICAL),
+    ("I'm pregnant and have a cold. Can I take DayQuil?", MEDICAL),
+    ("我手被开水烫了，起了水泡", MEDICAL),
+    ("How many yen would I get for 500 dollars?", REALTIME),
+    ("Who's leading the Masters?", REALTIME),
+    ("西安明天多少度", REALTIME),
+    ("演唱会门票还能买到吗", REALTIME),
     ("ＢＩＴＣＯＩＮ  price", REALTIME),  # full width and spacing fold away
 ]
 
@@ -53,6 +63,15 @@ CACHEABLE = [
     "帮我写一篇新闻稿",
     "这段演讲很有感染力",
     "股票和基金有什么区别",
+    "帮我把这句话翻译成英文:今天天气很好.",  # the weather of a text to translate
+    'Translate into French: "It\'s raining today, take an umbrella."',
+    "《今日说法》是什么节目",
+    "Now into Spanish.",  # "now" opening an instruction
+    "What's the weather like in Kyoto in November?",  # a season's weather
+    "台风是怎么形成的",  # how weather works
+    "新闻联播是哪一年开播的",
+    "Given the following records of stock prices, extract the highest close per month:\n2022-01-03,150.2",
+    "想象你正在参加比赛。如果你刚刚超过了第二名，你现在的位置是什么？",  # the present of an imagined scene
     "",
 ]
 
