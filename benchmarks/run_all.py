@@ -209,9 +209,10 @@ def _verifier(r: Mapping[str, Any]) -> str:
 
 
 def _domains(r: Mapping[str, Any]) -> str:
-    rows = {k.split("/")[0]: v for k, v in r["table"].items() if k.endswith("/all")}
-    return "; ".join(
-        f"{system} p50 {fmt(v['p50_s'], 2)} s, hits {v['hit_rate']:.1%}, saved {v.get('saved_tokens', 0)} tokens"
+    rows = {system: v["all"] for system, v in r["systems"].items()}
+    return f"{r['requests_per_system']} requests a system; " + "; ".join(
+        f"{system} hits {v['hit_rate']:.1%} ({v['false_hits']} false), mean {fmt(v['mean_ms'], 0)} ms, "
+        f"p95 {fmt(v['p95_ms'], 0)} ms, saved {v['saved_tokens']} tokens"
         for system, v in rows.items()
     )
 
