@@ -245,7 +245,8 @@ def calibrate_verifier(
             level, fitted = 1.0, False
             note = (
                 f"{len(irows)} verdicts, and all {len(judged)} together, cannot show a false-hit rate under "
-                f"{target:g} with 95 % confidence (that needs {samples_needed(target)} accepted, all right): not written"
+                f"{target:g} with 95 % confidence (that needs {samples_needed(target)} accepted, all right): "
+                "not written"
             )
         hits = [r for r in irows if _probability(r) >= level]
         false = sum(_is_false(r) for r in hits)
