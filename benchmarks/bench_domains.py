@@ -309,7 +309,7 @@ async def drive(asker: Asker, plan: Plan, concurrency: int) -> list[Outcome]:
         for j, r in enumerate(s.requests):
             if j:
                 await asyncio.sleep(think.uniform(*THINK_S))
-            if (prior := plan.after.get((si, j))) is not None:
+            for prior in plan.after.get((si, j), ()):
                 await answered[prior].wait()
                 await asyncio.sleep(max(0.0, done_at[prior] + REPEAT_GAP_S - time.monotonic()))
             base = before_last if r.replaces_last else history

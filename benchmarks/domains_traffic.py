@@ -336,7 +336,7 @@ class Plan:
     codes: Mapping[str, str]  # answer id -> the letters the oracle tags it with
     tenants: Mapping[str, str]  # tenant key -> the letters the oracle tags its answers with
     kinds: Mapping[Pos, str]  # what each request is, as realised (a planned new one may repeat)
-    after: Mapping[Pos, Pos]  # a repeat -> the tenant's first request of the same answer
+    after: Mapping[Pos, tuple[Pos, ...]]  # a repeat -> the tenant's first of its answer and of its words
     oracle: Mapping[str, str]  # prompt key (system prompt and user turns) -> answer id
 
     def tag(self, answer_id: str, tenant: str) -> str:
@@ -398,9 +398,9 @@ def build_plan(pool: Pool, per_domain: int, seed: int) -> Plan:
             traffic = TenantTraffic(pool, domain, random.Random(f"{seed}/{domain}/{start}"), answers)
             sessions += [traffic.session(i) for i in range(start, min(per_domain, start + TENANT_SESSIONS))]
     kinds: dict[Pos, str] = {}
-    after: dict[Pos, Pos] = {}
+    after: dict[Pos, tuple[Pos, ...]] = {}
     first: dict[tuple[str, str], Pos] = {}
-    sent: set[tuple[str, tuple[str, ...]]] = set()  # (tenant, user turns) of the conversations so far
+    sent: dict[tuple[str, tuple[str, ...]], Pos] = {}  # (tenant, user turns) -> its first request
     oracle: dict[str, str] = {}
     for si, s in enumerate(sessions):  # per tenant, in the order its sessions were drawn
         for j, (r, users) in enumerate(zip(s.requests, user_turns(s), strict=True)):
@@ -410,10 +410,10 @@ def build_plan(pool: Pool, per_domain: int, seed: int) -> Plan:
             prior = first.setdefault((s.tenant, r.answer_id), (si, j))
             if KINDS[r.kind][1] and prior == (si, j):
                 raise AssertionError(f"{s.sid} request {j} is a {r.kind} of nothing earlier")
-            kinds[si, j] = realised_kind(r.kind, prior != (si, j), (s.tenant, users) in sent)
-            sent.add((s.tenant, users))
+            same_words = sent.setdefault((s.tenant, users), (si, j))
+            kinds[si, j] = realised_kind(r.kind, prior != (si, j), same_words != (si, j))
             if prior != (si, j):
-                after[si, j] = prior
+                after[si, j] = tuple(sorted({prior, same_words} - {(si, j)}))
     codes = {a: letters(i) for i, a in enumerate(sorted(answers))}
     tenants = {t: letters(i) for i, t in enumerate(sorted({s.tenant for s in sessions}))}
     return Plan(tuple(sessions), answers, codes, tenants, kinds, after, oracle)
