@@ -12,7 +12,7 @@ Modes, each with its own fresh sessions and texts so no mode feeds another:
   (forwarded upstream with the context reused);
 - ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is;
 - ``*_raced``: miss, paraphrase hit and half-hit again through a second proxy, beside the first,
-  that races the upstream (``race_upstream: on``, README "Racing the upstream"): the upstream call
+  that races the upstream (``race_upstream: on``, docs/architecture.md, "Racing the upstream"): the upstream call
   goes out while the lookup runs. The first proxy runs with ``race_upstream: off``;
 - ``hit_verified``: the paraphrase hit through a third proxy whose policy has the travel intent
   set ``verify_accept`` (``VERIFY_ACCEPT``), so the pair verifier reads each candidate before it

@@ -355,8 +355,9 @@ async def open_parts(
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens))
-        # jieba's dictionary and tagger take ~1.3 s to build: now, off the loop, before the port
-        # opens, rather than inside the first request (which every fresh process would pay)
+        # jieba's dictionary and tagger are slow to build: now, off the loop, before the port
+        # opens, rather than inside the first request, which every fresh process would pay (the
+        # `sign` stage of a fresh proxy's first `chat.request` log line shows the cost)
         await asyncio.to_thread(default_segmenter)
         chat = ChatService(
             cache=cache,

@@ -67,10 +67,10 @@ class Settings:
     embed_max_pending: int = 128
     embed_timeout_ms: float = 1000.0
     # tokens of the conversation's view that are embedded (0: the model's length). A view's cost
-    # grows with its length, ~0.03 ms a token under USE and ~0.35 ms under e5 on 2 cores; the turns
-    # past it still count through chunk vectors, their entities through the hard filters, their
-    # words through the history key. 128, 256 and the model's 504 made the same decisions on the
-    # replay harness's traces and on ours (README "Long conversations")
+    # grows with its length (bench_view_length.py); the turns past it still count through chunk
+    # vectors, their entities through the hard filters, their words through the history key.
+    # 128, 256 and the model's 504 made the same decisions on the replay harness's traces and on
+    # ours (docs/architecture.md, "The encoding view")
     view_tokens: int = 128
     ready_after: float = 60.0  # feedback window before a pending answer becomes reusable
     regenerate_window: float = 600.0  # the identical request re-sent within this is a regenerate

@@ -42,8 +42,9 @@ _PADDING_SLACK = 0.25
 
 # ONNX Runtime's pool threads spin after each run, waiting for the next. In a proxy that shares
 # its cores with its own event loop and the requests it serves, that is CPU taken from them: a
-# lone miss is ~3.5 ms faster spinning, but a loaded proxy serves 7-10 % fewer requests with more
-# CPU (the README's "Quiet model threads" has both, side by side).
+# lone miss is faster spinning, but a loaded proxy serves fewer requests with more CPU
+# (bench_proxy.py for the lone miss, soak.py --phases load under load; docs/architecture.md,
+# "Quiet model threads").
 QUIET_THREADS = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 
 

@@ -56,8 +56,9 @@ class BatchingEmbedder(BatchedFront):
 
     def fits(self, text: str, tokens: int) -> bool:
         """Whether ``text`` is at most ``tokens`` long to the model. A short one needs no
-        tokenisation: a tokenizer's run costs ~25 us warm and ~0.3 ms after an idle spell
-        (its tables fall out of the CPU's caches), on every miss."""
+        tokenisation: a tokenizer's run costs more than this check, most after an idle spell
+        (its tables fall out of the CPU's caches), on every miss (bench_overhead.py's stage
+        times show it under ``sign``)."""
         return len(text.encode()) + TOKENIZER_ROOM <= tokens or self.backend.count_tokens(text) <= tokens
 
     def _embed_rows(self, texts: list[str]) -> Sequence[np.ndarray]:

@@ -1,4 +1,4 @@
-"""The upstream call sent while the cache decides (README "Racing the upstream").
+"""The upstream call sent while the cache decides (docs/architecture.md, "Racing the upstream").
 
 Embedding and searching take tens of milliseconds on a CPU; an LLM takes longer than that to its
 first token. Sent at once, a miss's answer is already under way when the lookup says miss, so a

@@ -3,12 +3,12 @@ its own once big.
 
 A lookup only ever reads its own tenant's records and the shared (scope global) ones, so those are
 the partitions (``mirror.partition_of``); one graph over every tenant walked with a Python filter
-visits other tenants' nodes and calls the filter per node (21 ms at 100k records, 50 tenants).
+visits other tenants' nodes and calls the filter per node (bench_store.py times the search).
 
 - Up to ``EXACT_LIMIT`` records a partition is a contiguous matrix of bfloat16 rows (the upper
   half of each float32, rounded): half the memory of float32, so a million 384-d vectors fit in
-  768 MB, and widening it back is an integer shift, ten times quicker than numpy's float16 cast
-  (0.07 against 0.7 ms per 1000 rows). Each row's norm after rounding is kept, so a vector still
+  768 MB, and widening it back is an integer shift, far quicker than numpy's float16 cast.
+  Each row's norm after rounding is kept, so a vector still
   scores 1.0 against itself and others within ~3e-4 of float32. The filter is a vectorised mask
   over the rows' code columns (``mirror.Coded``), then one matrix-vector product.
 - Past it the partition also gets an hnswlib graph of its own, walked without a filter for
@@ -16,7 +16,7 @@ visits other tenants' nodes and calls the filter per node (21 ms at 100k records
   after. When the filter admits so few that the walk would have to ask for many, and no more rows
   than that limit, they are ranked exactly as above instead. The partition
   keeps its bfloat16 rows beside the graph's float32 copy: reading vectors back out of hnswlib
-  (``get_items``) costs ~40 us each, 40 ms for a thousand, too slow to rank by.
+  (``get_items``) costs a call per vector, too slow to rank by.
 
 hnswlib is not safe for concurrent add and search and fails when it fills: every call takes the
 lock, and graphs are resized before they fill. Calls block, so the cache runs them in an
@@ -221,8 +221,8 @@ class HnswIndex:
     ) -> tuple[Hits, Hits] | None:
         """``search_both`` on the caller's thread; or None, having done nothing, when the index is
         busy or the lookup would walk a graph or scan more than ``max_rows`` rows. A small scan
-        costs less than the hop to an executor thread (0.05 against 0.2 ms), and a busy lock must
-        not hold up an event loop."""
+        costs less than the hop to an executor thread (bench_store.py times the scan,
+        bench_request_parts.py the hop), and a busy lock must not hold up an event loop."""
         if not self._lock.acquire(blocking=False):
             return None
         try:

@@ -1,6 +1,7 @@
 """The label mirror's keys, saved beside the index snapshot at shutdown, so that the next start
 reads only the live labels from the store instead of every live record's key: at a million records
-the key columns alone cost the start ~7 s of row decoding and interning (benchmarks/bench_store.py).
+decoding and interning the key columns is most of a start (benchmarks/bench_store.py --records
+1000000 --tenants 1000 times both ways).
 
 The file is a cache, never the truth. A label's key never changes, so the start keeps a saved key
 for each label the store still holds live, reads the keys of labels written since from the store,

@@ -14,10 +14,10 @@ Vector = npt.NDArray[np.float32]
 Bf16 = npt.NDArray[np.uint16]
 Hits = list[tuple[int, float]]
 
-# exact scan of this many rows costs ~0.6 ms on the 2 shared cores (bench_store.py); a graph past it
+# exact scan of this many rows costs about what a graph walk does (bench_store.py); a graph past it
 EXACT_LIMIT = 8192
 # a walk asked for more nearest than this costs more than ranking up to EXACT_LIMIT rows exactly
-# (knn_query on 12k rows of 384: 0.4 ms for 32, 0.6 for 128, 1.8 for 512)
+# (knn_query's cost grows with the number asked for; bench_store.py times both)
 WALK_ASK = 256
 
 

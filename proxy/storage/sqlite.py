@@ -201,8 +201,8 @@ class SqliteStore:
     run instead as one function on the connection's thread, statements and commit in one hop
     (``_at_once``), and take the lock only while another write holds it. Under load each hop
     waits its turn on a busy event loop, and a lock held across two or three of them, then handed
-    on, queued every write of the process behind it: at 250 requests/s (benchmarks/soak.py) an
-    answer's insert and its session's last answer each took about 100 ms on average."""
+    on, queued every write of the process behind it (benchmarks/soak.py --phases load --rate R
+    shows it in the ``store`` stage's time)."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._db = conn
@@ -328,7 +328,7 @@ class SqliteStore:
 
     async def insert(self, record: Record) -> int:
         # shallow: asdict deep-copies the vectors, the answer and the tags only to have them encoded
-        # below (50 us against 3 a record)
+        # below, on every write
         values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "label"}
         for key in _JSON_COLUMNS:
             values[key] = orjson.dumps(values[key]).decode()
@@ -480,7 +480,7 @@ class SqliteStore:
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
         columns = _index_columns(vectors)
         # a scan in the table's own (label) order: by records_state the planner fetches each row by
-        # a lookup of its own and sorts them all again (4.9 against 3.9 s at 1M records, all live)
+        # a lookup of its own and sorts them all again (bench_store.py --records 1000000 times the start)
         async with self._db.execute(
             f"SELECT {', '.join(columns)} FROM records NOT INDEXED WHERE state IN ({_marks(len(LIVE_STATES))}) "
             "ORDER BY label",
@@ -491,7 +491,7 @@ class SqliteStore:
                     yield _index_row(row)
 
     async def live_labels(self) -> list[int]:
-        # records_state covers it: the table itself is not read (0.6 s at 1M records)
+        # records_state covers it: the table itself is not read
         async with self._db.execute(
             f"SELECT label FROM records WHERE state IN ({_marks(len(LIVE_STATES))})", [str(s) for s in LIVE_STATES]
         ) as cur:

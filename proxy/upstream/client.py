@@ -1,9 +1,8 @@
 """The endpoint behind us: one pooled aiohttp client per app, errors translated at the boundary.
 
 Bytes are relayed as they arrive; nothing is buffered but a non-streamed JSON answer. aiohttp's
-client rather than httpx: on loopback httpx costs about 0.55 ms more CPU for a JSON call and 0.65 ms
-more for a 30-event stream (4.4x and 2.8x aiohttp's; benchmarks/bench_upstream_client.py), on
-every miss and half-hit.
+client rather than httpx: on loopback httpx costs several times aiohttp's CPU for a JSON call and
+for a stream (benchmarks/bench_upstream_client.py), on every miss and half-hit.
 """
 
 from __future__ import annotations

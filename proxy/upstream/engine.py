@@ -41,9 +41,9 @@ ENGINE_INSTALL_HINT = 'pip install "smartcache[engine]"'
 READY_MARKER = "smartcache-engine ready"
 # llama.cpp's CPU wheel runs its kernels under OpenMP, whose worker threads by default spin
 # between the many small graph steps of decoding. On a shared machine (the proxy's embedder,
-# other engines) spinning threads starve each other: measured here on 2 busy cores, the same
-# cached-prompt workload on two engines took 6.6-29.7 s spinning versus 1.9 s passive, for
-# about 25 % slower prefill when the engine has the machine to itself.
+# other engines) spinning threads starve each other: on busy cores, the same cached-prompt
+# workload on two engines took several times longer spinning than passive, for a slower
+# prefill when the engine has the machine to itself.
 OMP_WAIT_POLICY = "PASSIVE"
 _LOG_TAIL_BYTES = 8192
 _LOG_TAIL_LINES = 25

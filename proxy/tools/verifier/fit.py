@@ -71,7 +71,7 @@ def train_head(
         running = 0.0
         for index in _batches(states, pool, args.batch, rng):
             x, mask = _batch(states, index)
-            # bfloat16 matmuls (AVX512-BF16) run about 3x faster than float32 on these CPUs; the
+            # bfloat16 matmuls (AVX512-BF16) run faster than float32 on CPUs that have them; the
             # weights and the optimizer stay float32, and calibration reads float32 logits
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 logits = model(x, mask)
