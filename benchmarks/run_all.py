@@ -4,10 +4,13 @@ Each script runs as its own process (none shares an interpreter, a model or a po
 one after the other, so no two compete for the 2 cores. A script that takes ``--quick`` gets it
 under ``--quick``; the few that do not are shrunk by the arguments in ``QUICK_ARGS``. A script
 that takes ``--json`` writes its result file into benchmarks/results/; the others' printed
-output is kept instead. Scripts not in the tree are skipped; one that fails is reported and the
-run goes on. benchmarks/results/summary.json gathers it all.
+output is kept instead, in a result file of its own. Scripts not in the tree are skipped; one
+that fails is reported and the run goes on (its previous result file stays).
+benchmarks/results/summary.json gathers it all, and docs/benchmarks.md is rendered from the result
+files at the end of every run (benchmarks/results_page.py); ``--docs`` renders it alone.
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--only NAME ...]
+    .venv/bin/python benchmarks/run_all.py --docs
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measurement import HERE, RESULTS, ROOT, envelope, fmt, write_json
+from results_page import write as write_page
+
+DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 
 # shrinks for the scripts that have no --quick of their own, or whose --quick alone does not fit
 # the budget (bench_verifier's takes over 4 minutes here)
@@ -127,7 +133,21 @@ def run_one(script: Script, quick: bool, results: Path, console: Console, timeou
     else:
         entry["stdout_tail"] = stdout.strip().splitlines()[-25:]
     entry["headline"] = headline(script.name, entry)
+    if rc == 0:
+        record(script, quick, results, cmd[1:], entry)
     return entry
+
+
+def record(script: Script, quick: bool, results: Path, argv: Sequence[str], entry: Mapping[str, Any]) -> None:
+    """Leave the run in a result file that says when, where and how it ran, as docs/benchmarks.md
+    needs: a script's JSON without that envelope is wrapped in one, and a script that writes no
+    JSON gets a file holding its printed output."""
+    path = results / f"{script.name}{'.quick' if quick else ''}.json"
+    result = entry.get("result")
+    if isinstance(result, Mapping) and {"date", "command", "machine", "results"} <= result.keys():
+        return
+    body = result if result is not None else {"output": list(entry.get("stdout_tail", []))}
+    write_json(path, script.name, envelope(script.name, argv, body))
 
 
 def _overhead(r: Mapping[str, Any]) -> str:
@@ -186,12 +206,17 @@ def _view_length(r: Mapping[str, Any]) -> str:
     )
 
 
+NEVER_CACHE_SETS = ("hand-written/single", "hand-written/follow-up", "held-out/single", "held-out/follow-up")
+
+
 def _never_cache(r: Mapping[str, Any]) -> str:
-    return "never-cache recall / precision: " + "; ".join(
-        f"{lang} {fmt(v['never_cache']['recall'], 3)} / {fmt(v['never_cache']['precision'], 3)}"
-        f" (n {v['never_cache']['support']})"
-        for lang, v in r.items()
-        if isinstance(v, Mapping) and "never_cache" in v
+    def cells(lang: str, figure: str) -> str:
+        return " / ".join(fmt(r[lang][s][figure], 3) for s in NEVER_CACHE_SETS)
+
+    return "hand-written single / follow-up, held-out single / follow-up: " + "; ".join(
+        f"{lang} recall {cells(lang, 'recall')}, false-bypass rate {cells(lang, 'false_bypass_rate')}"
+        for lang in ("en", "zh")
+        if lang in r
     )
 
 
@@ -247,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="every script shrunk: <= 10 minutes in all")
     ap.add_argument("--only", nargs="+", help="script names (bench_overhead ...)")
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/summary.json")
+    ap.add_argument("--docs", action="store_true", help="only render docs/benchmarks.md from benchmarks/results/")
     args = ap.parse_args(argv)
+    if args.docs:
+        print(f"wrote {write_page(RESULTS, DOCS_PAGE, HERE)}")
+        return 0
     console = Console(width=160)
     RESULTS.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in SCRIPTS if s.path.is_file() and (not args.only or s.name in args.only)]
@@ -280,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in runs.items():
         table.add_row(name, "-" if run["rc"] is None else str(run["rc"]), f"{run['wall_s']:.0f}", run["headline"])
     console.print(table)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path} and {write_page(RESULTS, DOCS_PAGE, HERE)}")
     return 0 if all(run["rc"] in (0, None) for run in runs.values()) else 1
 
 
