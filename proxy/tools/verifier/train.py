@@ -69,10 +69,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--version", default=VERSION, help="version string written to verifier.json")
     p.add_argument("--init", type=Path, help="start from the top layers of this weights directory")
-    p.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in float32 (3x slower)")
+    p.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=_bf16_native(),
+        help="bfloat16 matmuls: faster where the CPU has them natively (AVX512-BF16, AMX), far slower where "
+        "they are emulated; default: on only where /proc/cpuinfo shows them",
+    )
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the training rows (quick runs)")
+    p.add_argument(
+        "--epoch-cap",
+        type=_cap,
+        action="append",
+        default=[],
+        metavar="SOURCE=N",
+        help="rows of SOURCE read per epoch, drawn from its encoded rows (the lower states stay cached); repeatable",
+    )
     p.add_argument(
         "--cap",
         type=_cap,
@@ -82,6 +96,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"training rows of SOURCE per epoch (default {TRAIN_CAPS}); repeatable",
     )
     return p
+
+
+def _bf16_native() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _cap(item: str) -> tuple[str, int]:
@@ -113,6 +135,19 @@ def _rows(splits: Splits, args: argparse.Namespace) -> tuple[list[LabeledPair], 
         base = random.Random(args.seed).sample(base, int(len(base) * args.scale))
     calib = sample(splits.rows["calib"], CALIB_CAPS, args.seed)
     return _swapped(base, args.seed), _swapped(calib, args.seed + 1)
+
+
+def _epoch_rows(train: list[LabeledPair], caps: dict[str, int], seed: int) -> list[int]:
+    """Indices of the rows an epoch reads: at most ``caps[source]`` of a source (seeded)."""
+    by_source: dict[str, list[int]] = {}
+    for i, p in enumerate(train):
+        by_source.setdefault(p.source, []).append(i)
+    out = []
+    for source, rows in sorted(by_source.items()):
+        if source in caps and len(rows) > caps[source]:
+            rows = sorted(random.Random(f"{seed}|epoch|{source}").sample(rows, caps[source]))
+        out += rows
+    return out
 
 
 def _report(title: str, pairs: list[LabeledPair], probs: np.ndarray) -> None:
@@ -154,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     train_states = encode_and_cache(image, train, args)
     calib_states = encode_and_cache(image, calib, args)
     print(f"lower states cached ({time.monotonic() - began:.0f}s)", file=sys.stderr)
-    pool = [i for i, p in enumerate(train) for _ in range(REPEAT.get(p.source, 1))]
+    pool = [
+        i for i in _epoch_rows(train, dict(args.epoch_cap), args.seed) for _ in range(REPEAT.get(train[i].source, 1))
+    ]
     model = train_head(image, train_states, train, pool, args)
     calib_logits = logits_of(model, calib_states)
     y = np.array([p.label for p in calib], dtype=np.int64)
@@ -186,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             "bf16": args.bf16,
             "init": _init_name(args.init),
             "caps": _caps(args),
+            "epoch_caps": dict(args.epoch_cap),
             "repeat": REPEAT,
             "wall_s": round(time.monotonic() - began),
         },
