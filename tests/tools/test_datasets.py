@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"evaluation data not 
 SOURCES = {  # converter -> the categories it may emit (each names its data)
     "qqp_pairs": {"qqp_session", "qqp_tenant"},
     "pawsx_pairs": {"pawsx_session", "pawsx_tenant"},
+    "zh_calib_pairs": {"zh_calib_session", "zh_calib_tenant"},
     "gecor_followups": {"camrest_followup"},
     "kvret_rewrites": {"kvret_rewrite"},
     "crosswoz_dialogues": {"crosswoz_dialogue", "crosswoz_repeat"},
