@@ -364,7 +364,8 @@ def _fold(ctx: DecisionContext) -> Decision:
 
 def _verifiable(ctx: DecisionContext) -> bool:
     """Does the best candidate of ``ctx`` pass every stage before verification, and verify?"""
-    return ctx.verifies and not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION)
+    # the stages first: the hard filters end it before ``best`` is read when nothing survived
+    return not any(stage(ctx) is not None for stage in _BEFORE_VERIFICATION) and ctx.verifies
 
 
 def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> list[Candidate]:
@@ -377,6 +378,6 @@ def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy
     ctx = DecisionContext(candidates, sig, policy)
     asked = [] if ctx.previous_turn is None else [ctx.previous_turn]
     for judged in [ctx, *ctx.alternates()]:
-        if judged.best not in asked and _verifiable(judged):
+        if _verifiable(judged) and judged.best not in asked:
             asked.append(judged.best)
     return asked

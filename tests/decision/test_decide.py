@@ -572,3 +572,9 @@ def test_a_loose_reordering_is_the_verifiers_to_judge_but_an_exchange_stays_a_gu
     swapped_sig = make_sig("flights from Bergen to Oslo")
     assert candidates_to_verify([swapped], swapped_sig, VERIFYING) == []
     assert decide([swapped], swapped_sig, VERIFYING, verdicts={"sc-1": 0.99}).reason is Reason.REORDERED_WORDS
+
+
+def test_nothing_to_verify_when_no_candidate_survives_the_hard_filters() -> None:
+    other = make_candidate(0.95, make_record(intent="travel"))
+    assert candidates_to_verify([other], make_sig(), VERIFYING) == []
+    assert candidates_to_verify([], make_sig(), VERIFYING) == []
