@@ -229,7 +229,9 @@ async def run_demo(settings: Settings, *, once: bool, console: Console | None = 
             console.print(
                 f"\nSmartCache keeps running: point a client at [bold]{base_url}[/] "
                 f"(export OPENAI_BASE_URL={base_url}), watch {metrics_url(base_url)}, "
-                "run `smartcache stats`. Ctrl-C stops the proxy and the engine."
+                "run `smartcache stats`."
             )
+            # a line of its own: whatever the terminal's width, the last line says how to stop
+            console.print("Ctrl-C stops the proxy and the engine.")
             await _until_interrupted()
         return results
