@@ -128,17 +128,23 @@ def derived_session(tenant: str, request: ChatRequest, *, user: str | None = Non
     return "d-" + hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
-def identify(
-    headers: Mapping[str, str], request: ChatRequest, *, salt: str, query: Sequence[tuple[str, str]] = ()
-) -> Identity:
-    """``query``: the request's query string as pairs, which goes upstream with it."""
+def caller_tenant(headers: Mapping[str, str], *, salt: str, query: Sequence[tuple[str, str]] = ()) -> str:
+    """The tenant of every credential the caller sends: the Authorization header, the other
+    credential headers, and the query string (which goes upstream with a chat request)."""
     authorization = _one_authorization(headers)
     with_header = header_tenant(authorization, headers, salt=salt)
-    tenant = (
+    return (
         query_tenant(with_header or authorization, query, salt=salt)
         or with_header
         or tenant_of(authorization, salt=salt)
     )
+
+
+def identify(
+    headers: Mapping[str, str], request: ChatRequest, *, salt: str, query: Sequence[tuple[str, str]] = ()
+) -> Identity:
+    """``query``: the request's query string as pairs, which goes upstream with it."""
+    tenant = caller_tenant(headers, salt=salt, query=query)
     explicit = clean_header_id(headers.get(SESSION_HEADER), SESSION_HEADER)
     user = clean_header_id(headers.get(USER_HEADER), USER_HEADER) or request.user
     session = explicit or derived_session(tenant, request, user=user)

@@ -21,7 +21,7 @@ from aiohttp import web
 from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
-from proxy.identity import ANONYMOUS, tenant_of
+from proxy.identity import ANONYMOUS, caller_tenant, tenant_of
 from proxy.model import RecordState
 from proxy.parts import load_policy_for, policy_changed
 from proxy.policy import PolicyError
@@ -253,10 +253,7 @@ async def feedback(request: web.Request) -> web.Response:
 def _caller_tenant(request: web.Request) -> str:
     """The tenant of the key the client sends, as its chat requests are keyed (proxy/identity.py);
     no credential is refused: the anonymous tenant is everyone without a key."""
-    given = request.headers.getall("Authorization", [])
-    if len(given) > 1:
-        raise InvalidRequest("send one Authorization header, not several", param="Authorization")
-    tenant = tenant_of(given[0] if given else None, salt=request.app[keys.TENANT_SALT])
+    tenant = caller_tenant(request.headers, salt=request.app[keys.TENANT_SALT], query=tuple(request.query.items()))
     if tenant == ANONYMOUS:
         raise Unauthorized("feedback needs the API key the answer was asked with: Authorization: Bearer <key>")
     return tenant
