@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from proxy.text.material import asked_words
-from proxy.text.never_cache import MEDICAL, NeverCacheMatch, fold, never_cache_match
+from proxy.text.never_cache import MEDICAL, NeverCacheMatch, fold, match_folded
+from proxy.text.patterns import whole_words
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +45,6 @@ class TurnReading:
     courtesy: bool  # thanks or an acknowledgement, asking nothing
 
 
-def _en(*alternatives: str) -> str:
-    return r"(?<![a-z0-9])(?:" + "|".join(alternatives) + r")(?![a-z0-9])"
-
-
 _COURTESY: Final = re.compile(
     r"^(?:(?:(?:ok(?:ay)?|thanks?|thank you(?: so much| very much)?|thx|ty|got it|great|cool|perfect|nice|awesome|"
     r"good to know|appreciate it|bye|goodbye|that helps|makes sense|i see|alright|sure|好|行|嗯|哦)"
@@ -58,17 +55,19 @@ _PLAN: Final = re.compile(r"^(?:i'll|i will|i'm going to|i am going to|we'll|wil
 _QUESTION: Final = re.compile(r"[?？]|吗|呢|什么|怎么|为什么|哪|谁|几|多少")
 _OPENER: Final = re.compile(
     r"^(?:"
-    + _en(r"and|or|but|so|then|also|plus|what about|how about|what if|same for|same question|same thing|compared")
+    + whole_words(
+        r"and|or|but|so|then|also|plus|what about|how about|what if|same for|same question|same thing|compared"
+    )
     + r"|那|那么|还有|再|另外|换成|改成|如果|要是|至于|而且|以及|跟.{0,4}比)"
 )
 # pointing back at the thing, place or value asked about; a person is pointed at for medical only
 # ("What are his main policies?" after an election result asks nothing live)
 _POINTS_BACK: Final = re.compile(
-    _en(r"it|its|it's|that|that's|those|these|they|them|their|there|instead|too|either|else|ones?|the same")
+    whole_words(r"it|its|it's|that|that's|those|these|they|them|their|there|instead|too|either|else|ones?|the same")
     + r"|呢$|它|那边|那里|那儿|这边|这里|这个|那个|这些|那些|这样|那样|这种|那种|刚才|上面|前面"
     + r"|(?:比|跟|和|与)(?:上|昨|前|去|之前|刚才|早上)"
 )
-_POINTS_AT_PERSON: Final = re.compile(_en(r"he|she|him|her|his|hers|he's|she's") + r"|他|她")
+_POINTS_AT_PERSON: Final = re.compile(whole_words(r"he|she|him|her|his|hers|he's|she's") + r"|他|她")
 _SHORT_EN_WORDS: Final = 5
 _SHORT_CJK_CHARS: Final = 8
 _CJK: Final = re.compile(r"[\u3400-\u9fff]")
@@ -86,14 +85,14 @@ _NOT_NAMES: Final = frozenset(
 _LATIN_IN_ZH: Final = re.compile(r"[a-z]")
 _TASK: Final = re.compile(
     r"^(?:(?:can|could|would) you |please |now |help me )*"
-    + _en(
+    + whole_words(
         r"write|draft|compose|translate|rewrite|summari[sz]e|proofread|recommend|suggest|plan|help me plan|"
         r"help me write|tell me a joke|tell me a story|create|generate|implement|code|make me a"
     )
     + r"|帮我写|写一|写个|写篇|写首|翻译|推荐|讲个|讲一个|起个|编一|帮我规划|写代码|给我讲"
 )
 _TOPIC_CHANGE: Final = re.compile(
-    _en(
+    whole_words(
         r"by the way|btw|unrelated|on another note|different question|new question|another question|"
         r"change of topic|changing topics?|switching topics|random question|off topic"
     )
@@ -119,7 +118,7 @@ _DEFINITION: Final = re.compile(
 # words of a body or its care: a turn that names one stays on a medical conversation's topic
 # even when it is phrased as a question of fact ("What is a migraine?")
 _BODY_WORDS: Final = re.compile(
-    _en(
+    whole_words(
         r"pain|ache|hurts?|sick|ill|fever|cough|cold|flu|rash|migraines?|headaches?|nausea|symptoms?|"
         r"pills?|tablets?|doses?|drugs?|medicines?|medications?|antibiotics?|doctor|hospital|er|clinic|"
         r"pregnan(?:t|cy)|blood|heart|skin|stomach|infection|allerg(?:y|ic)|"
@@ -131,8 +130,8 @@ _BODY_WORDS: Final = re.compile(
 
 def read_turn(text: str) -> TurnReading:
     """One user turn as written (its capitals name things, its quotes and lines set material apart)."""
-    match = never_cache_match(text)
     asked = fold(asked_words(text))
+    match = match_folded(fold(text), asked)
     if not asked:  # hands material over (a task of its own), or says nothing
         return TurnReading(match, asked, False, False, bool(text.strip()), courtesy=not text.strip())
     rest = _COURTESY.sub("", asked).strip()

@@ -13,13 +13,10 @@ import re
 import unicodedata
 from typing import Final
 
-
-def _en(*alternatives: str) -> str:
-    return r"(?<![a-z0-9])(?:" + "|".join(alternatives) + r")(?![a-z0-9])"
-
+from proxy.text.patterns import whole_words
 
 _HAND_OVER: Final = re.compile(
-    _en(
+    whole_words(
         r"translat(?:e|ed|ing|ion)|rewrite|re-write|rephrase|paraphrase|reword|summari[sz]e|summary|tl;?dr|"
         r"proofread|polish|edit|correct|fix|shorten|simplify|improve|format|make (?:it|this) (?:sound|more|less)|"
         r"grammar|spelling|how do you say|what does|extract|analy[sz]e|identify|classify|categori[sz]e|parse"
@@ -33,7 +30,7 @@ _QUOTED: Final = re.compile(
 # material with no quote or colon round it: "translate good morning into french", "把今天天气很好
 # 翻译成英文", "翻译一下今天天气很好", "今天天气很好用英语怎么说"
 _BARE_MATERIAL: Final = re.compile(
-    _en(r"translate|how do you say") + r" .+ " + _en(r"in|into|to") + r" [a-z]+$"
+    whole_words(r"translate|how do you say") + r" .+ " + whole_words(r"in|into|to") + r" [a-z]+$"
     r"|把.{1,80}?(?:翻译|翻成|译成|改写|改成|改得|改为|润色|缩写|扩写)|^(?:请|帮我|麻烦)?(?:翻译|翻成)(?:一下)?[,，]?.{2,}"
     r"|^.{2,}(?:用|的)?(?:英语|英文|日语|日文|中文|汉语|法语|韩语|德语)怎么说"
 )

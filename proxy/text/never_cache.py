@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from proxy.text.material import asked_words
+from proxy.text.patterns import whole_words
 
 REALTIME: Final = "realtime"
 MEDICAL: Final = "medical"
@@ -35,11 +36,6 @@ class NeverCacheMatch:
     intent: str  # REALTIME or MEDICAL
     rule: str  # the name of the pattern that fired, for logs and the benchmark
     carried: bool = False  # carried over from an earlier turn (proxy/text/carry_over.py)
-
-
-def _en(*alternatives: str) -> str:
-    """Whole-word alternatives: "now" must not fire on "know", nor "rain" on "train"."""
-    return r"(?<![a-z0-9])(?:" + "|".join(alternatives) + r")(?![a-z0-9])"
 
 
 _ASSET_EN: Final = (
@@ -94,33 +90,33 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_asset_price",
         re.compile(
-            _en(_ASSET_EN)
+            whole_words(_ASSET_EN)
             + r".{0,30}"
-            + _en(
+            + whole_words(
                 r"prices?|quotes?|trading|worth|value|rates?|doing|go(?:ing|ne)? up|went up|"
                 r"go(?:ing|ne)? down|went down|drop(?:ped)?|ris(?:e|ing)|fall(?:ing)?|"
                 r"closed?|opened?|market cap|per (?:ounce|barrel|gallon|litre|liter)"
             )
             + "|"
-            + _en(r"prices?|quotes?|value|worth|cost")
+            + whole_words(r"prices?|quotes?|value|worth|cost")
             + r" (?:of|for) (?:an? |one |1 |the )?"
-            + _en(_ASSET_EN)
+            + whole_words(_ASSET_EN)
             + "|"
-            + _en(r"how much is|how much are|how much does|what's|what is")
+            + whole_words(r"how much is|how much are|how much does|what's|what is")
             + r" (?:an? |one |1 |the )?"
-            + _en(_ASSET_EN)
+            + whole_words(_ASSET_EN)
             + r"(?: (?:at|worth|cost|trading at|going for|selling for))?\s*[?.!]?$"
             + "|"
-            + _en(r"should i (?:buy|sell|hold|invest in|get out of)")
+            + whole_words(r"should i (?:buy|sell|hold|invest in|get out of)")
             + r" (?:[a-z]+ ){0,2}"
-            + _en(_ASSET_EN)
+            + whole_words(_ASSET_EN)
         ),
     ),
     (
         "en_ticker",
         re.compile(
             r"(?<![a-z0-9])\$[a-z]{1,5}(?![a-z])|"
-            + _en(
+            + whole_words(
                 r"ticker|share price|stock price|"
                 r"stock quote|market cap"
             )
@@ -130,51 +126,51 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         "en_currency",
         re.compile(
             r"(?<!an )"
-            + _en(
+            + whole_words(
                 r"exchange rates?(?! (?:work|regimes?|polic(?:y|ies)|systems?|theory))|conversion rate|"
                 r"forex|fx rate"
             )
             + "|"
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
             + r"\s*(?:to|in|into|against|vs\.?|versus|per)\s*(?:[a-z]+ )?"
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
             + "|"
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
             + r".{0,25}"
-            + _en(r"rates?|exchange")
+            + whole_words(r"rates?|exchange")
             + "|"
-            + _en(r"how much is|convert")
+            + whole_words(r"how much is|convert")
             + r" (?:an? |one |\d+ )?"
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
             + "|"
-            + _en(r"how many")
+            + whole_words(r"how many")
             + " "
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
             + r".{0,30}"
-            + _en(_CURRENCY_EN)
+            + whole_words(_CURRENCY_EN)
         ),
     ),
     (
         "en_weather",
         re.compile(
-            _en(_WEATHER_EN)
+            whole_words(_WEATHER_EN)
             + "|"
-            + _en(
+            + whole_words(
                 r"(?:highest|lowest|high|low) temperatures?|temperatures? (?:in|outside|"
                 r"today|tonight|tomorrow|this|for the|be|will)|what(?:'s| is| will be) the "
                 r"temperature(?! of)|how (?:hot|cold|warm) is it"
             )
             + "|"
-            + _en(r"(?:is|will|was) it")
+            + whole_words(r"(?:is|will|was) it")
             + r"(?: (?:going to|gonna|supposed to))?(?: be)?"
-            r"(?: [a-z]+)? " + _en(r"dry|hot|cold|warm|chilly|freezing|wet|rain|snow|pour|sunny|clear|cloudy")
+            r"(?: [a-z]+)? " + whole_words(r"dry|hot|cold|warm|chilly|freezing|wet|rain|snow|pour|sunny|clear|cloudy")
         ),
     ),
     (
         "en_score",
         re.compile(
             r"(?:is|are) [a-z .]{2,40} winning|"
-            + _en(
+            + whole_words(
                 r"who won|who is winning|who's winning|who(?:'s| is| are) playing|"
                 r"who(?:'s| is) (?:leading|ahead|in the lead)|"
                 r"who scored|final score|live score|the score|score of|"
@@ -186,7 +182,7 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_status",
         re.compile(
-            _en(
+            whole_words(
                 r"flight [a-z]{0,3}\d+|(?:flight|train|bus)[^.?!]{0,20}(?:delayed|on time|cancell?ed)|delays? at|"
                 r"in stock|out of stock|still available|sold out|open right now|still open|"
                 r"(?:tickets?|seats?|rooms?|parking|spaces?|spots?|tables?) (?:left|still available)|"
@@ -201,11 +197,11 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_present",
         re.compile(
-            _en(_PRESENT_EN)
+            whole_words(_PRESENT_EN)
             + "|"
-            + _en(r"current|recent|newest|this year's|upcoming")
+            + whole_words(r"current|recent|newest|this year's|upcoming")
             + r" (?:[a-z]+ )?"
-            + _en(
+            + whole_words(
                 r"prices?|rates?|weather|temperature|score|status|value|news|events?|"
                 r"president|prime minister|ceo|leader|champion|version|release|"
                 r"record|ranking|interest rates?|inflation|situation|time|date"
@@ -261,25 +257,25 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_dose",
         re.compile(
-            _en(
+            whole_words(
                 r"dose|doses|dosage|dosing|overdose|\d+ ?mg|milligrams?|how many (?:pills|tablets|capsules)|"
                 r"side effects?|drug interactions?|prescription|prescribed"
             )
             + "|"
-            + _en(
+            + whole_words(
                 r"how much|how often|how many|can i take|should i take|safe to take|can i give|"
                 r"mix|together with|combine"
             )
             + r".{0,40}"
-            + _en(_DRUG_EN)
+            + whole_words(_DRUG_EN)
             + "|"
-            + _en(r"(?:while|when|if i'm|if i am) on|on|off|stop taking|started taking|after taking")
+            + whole_words(r"(?:while|when|if i'm|if i am) on|on|off|stop taking|started taking|after taking")
             + " "
-            + _en(_DRUG_EN)
+            + whole_words(_DRUG_EN)
             + "|"
-            + _en(_DRUG_EN)
+            + whole_words(_DRUG_EN)
             + r".{0,30}"
-            + _en(
+            + whole_words(
                 r"a day|per day|daily|how much|how many|at once|safe|"
                 r"together|with alcohol|while pregnant|overdose"
             )
@@ -288,26 +284,26 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_symptom",
         re.compile(
-            _en(
+            whole_words(
                 r"symptoms?|i have|i've got|i've had|i got|i feel|i'm feeling|i am feeling|my (?:[a-z0-9'-]+ ){1,2}"
                 r"(?:has|had|is|are|keeps|gets|got|feels|looks)|having|suffering from|keep getting|been getting|"
                 r"ha(?:s|ve|d)|got|getting|feel(?:s|ing)?|felt|been|still|with"
             )
             + r".{0,40}"
-            + _en(_SYMPTOM_EN)
+            + whole_words(_SYMPTOM_EN)
             + "|"
-            + _en(_SYMPTOM_EN)
+            + whole_words(_SYMPTOM_EN)
             + r".{0,50}"
-            + _en(
+            + whole_words(
                 r"what could it be|what is it|is it serious|should i worry|"
                 r"see a doctor|go to the (?:er|hospital|doctor)|"
                 r"what should i do|what does it mean|what causes|cause|worry about|be cancer|"
                 r"for (?:\d+|two|three|a few|several) (?:days|weeks)"
             )
             + "|"
-            + _en(r"hurts?|hurting|aches?|aching|sore|painful|pain when|pain in my|bleeds?")
+            + whole_words(r"hurts?|hurting|aches?|aching|sore|painful|pain when|pain in my|bleeds?")
             + "|"
-            + _en(
+            + whole_words(
                 r"(?:is|are|it's|looks|feels|got) (?:really |very |a bit |all |so )?(?:swollen|bruised|infected|"
                 r"inflamed|numb)|(?:twisted|sprained|broke|hurt|injured|cut|burned|burnt|bumped|pulled) my [a-z]+|"
                 r"(?:my )?period (?:is|was) .{0,15}late|missed (?:my|a) period|i'm pregnant|i am pregnant|"
@@ -320,7 +316,7 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "en_diagnosis",
         re.compile(
-            _en(
+            whole_words(
                 r"symptoms?|signs of|diagnos(?:e|ed|is|es)|prognosis|"
                 r"(?:do i|could i|might i) have (?:a |an |the )?(?:cancer|diabetes|"
                 r"covid|flu|cold|[a-z]+itis|[a-z]+ (?:disease|syndrome|disorder|infection|deficiency))|could it be "
@@ -368,17 +364,17 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 _DISCOURSE_NOW: Final = re.compile(r"^now,? (?=[a-z])")
 _HYPOTHETICAL: Final = re.compile(r"^(?:imagine|suppose|pretend|let's say|假设|想象|假如)")
 _CLIMATE_EN: Final = re.compile(
-    _en(r"in|during")
+    whole_words(r"in|during")
     + r" (?:the )?"
-    + _en(
+    + whole_words(
         r"january|february|march|april|may|june|july|august|september|october|november|december|"
         r"spring|summer|autumn|fall|winter|rainy season|dry season"
     )
     + "|"
-    + _en(r"usually|typically|on average|average|climate|generally|normally")
+    + whole_words(r"usually|typically|on average|average|climate|generally|normally")
 )
 _MOMENT_EN: Final = re.compile(
-    _en(
+    whole_words(
         r"today|tomorrow|tonight|now|right now|currently|later|this|next|weekend|"
         r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
     )
@@ -411,13 +407,16 @@ def never_cache_match(text: str) -> NeverCacheMatch | None:
     """The never-cache intent of one user turn, or None. Medical first: "今天头疼" is about a body
     before it is about a day, and either way it is not cached. Medical reads the whole turn,
     realtime the user's own words (``asked_words``)."""
-    folded = fold(text)
+    return match_folded(fold(text), fold(asked_words(text)))
+
+
+def match_folded(folded: str, asked: str) -> NeverCacheMatch | None:
+    """``never_cache_match`` for a turn already folded, with its own words folded (``asked``)."""
     if not folded:
         return None
     for name, pattern in _MEDICAL_RULES:
         if pattern.search(folded):
             return NeverCacheMatch(MEDICAL, name)
-    asked = fold(asked_words(text))
     for name, pattern in _REALTIME_RULES:
         if pattern.search(asked) and not _exempt(name, pattern, asked):
             return NeverCacheMatch(REALTIME, name)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from proxy.text.normalize import NormalText, normalize_text
+from proxy.text.patterns import whole_words
 
 
 @functools.lru_cache(maxsize=4096)
@@ -19,7 +20,7 @@ def _keyword_pattern(keyword: str) -> tuple[str, re.Pattern[str]]:
     out nearly every keyword before its regex runs."""
     keyword = normalize_text(keyword) if keyword.isascii() else keyword.lower()
     if re.search(r"[a-z0-9]", keyword) and keyword.isascii():
-        return keyword, re.compile(rf"(?<![a-z0-9]){re.escape(keyword)}(?![a-z0-9])")
+        return keyword, re.compile(whole_words(re.escape(keyword)))
     return keyword, re.compile(re.escape(keyword))
 
 
