@@ -141,8 +141,8 @@ class ContextSigner:
         kept_view = self._view(conv.system, history, current)
         vecs = await self.vectors([current, *recent, kept_view[0], *kept_view[1]], stages, before_model)
         vecs = vecs[: 1 + len(recent)]
-        running = self._running_intent(recent, vecs[1:])
         said = [*(m.text for m in history if m.role == "user"), conv.current_raw]
+        running = self._running_intent(recent, vecs[1:], said[:-1])
         guess = self.classifier.classify(current, vecs[0], running=running, asked=said)
         restated = (
             self._restated_answer(history, current)
@@ -215,10 +215,15 @@ class ContextSigner:
                 return m.norm[:400]
         return ""
 
-    def _running_intent(self, recent: Sequence[NormalText], vecs: Sequence[np.ndarray]) -> str | None:
+    def _running_intent(
+        self, recent: Sequence[NormalText], vecs: Sequence[np.ndarray], said: Sequence[str]
+    ) -> str | None:
+        """``said``: the history's user turns as written, of which ``recent`` are the last: the
+        never-cache rules read each turn as written, with the turns before it, as for the request."""
         running: str | None = None
-        for text, vec in zip(recent, vecs, strict=True):
-            guess = self.classifier.classify(text, vec, running=running)
+        start = len(said) - len(recent)
+        for i, (text, vec) in enumerate(zip(recent, vecs, strict=True)):
+            guess = self.classifier.classify(text, vec, running=running, asked=said[: start + i + 1])
             if guess.intent != GENERAL or running is None:
                 running = guess.intent
         return running
