@@ -153,20 +153,31 @@ def calibrate(
 
 
 def _fit_intent(
-    scored: Sequence[Row], pooled: int, pooled_t: float | None, *, target: float, floor: float, min_samples: int
+    scored: Sequence[Row],
+    pooled: int,
+    pooled_t: float | None,
+    *,
+    target: float,
+    floor: float,
+    min_samples: int,
+    key: Callable[[Row], float] = _score,
+    unit: str = "samples",
+    what: str = "threshold",
 ) -> tuple[float | None, str]:
-    """An intent's fitted threshold (None: none meets the target) and what it rests on."""
+    """An intent's fitted threshold on ``key`` (None: none meets the target) and what it rests on:
+    its own rows from ``min_samples``, else the pooled threshold, never below its own worst false
+    row. ``unit`` and ``what`` name the rows and the threshold in the note."""
     if len(scored) >= min_samples:
-        fitted, data = _fit(scored, target, floor), f"its {len(scored)} samples"
+        fitted, data = _fit(scored, target, floor, key), f"its {len(scored)} {unit}"
         if fitted is not None:
-            return fitted, f"meets target on its own {len(scored)} samples"
+            return fitted, f"meets target on its own {len(scored)} {unit}"
     else:
-        worst = max((_score(r) + MARGIN for r in scored if _is_false(r)), default=0.0)
+        worst = max((key(r) + MARGIN for r in scored if _is_false(r)), default=0.0)
         if pooled_t is not None:
             return round(min(0.999, max(pooled_t, worst)), 4), (
-                f"only {len(scored)} samples: the threshold fitted on all {pooled} together"
+                f"only {len(scored)} {unit}: the {what} fitted on all {pooled} together"
             )
-        data = f"only {len(scored)} samples, and all {pooled} together,"
+        data = f"only {len(scored)} {unit}, and all {pooled} together,"
     return None, (
         f"{data} cannot show a false-hit rate under {target:g} with 95 % confidence "
         f"(that needs at least {samples_needed(target)} accepted candidates, all right)"
@@ -234,24 +245,16 @@ def calibrate_verifier(
         by_intent[r.intent].append(r)
     out = {}
     for intent, irows in sorted(by_intent.items()):
-        own = _fit(irows, target, floor, _probability) if len(irows) >= min_samples else None
-        worst = max((_probability(r) + MARGIN for r in irows if _is_false(r)), default=0.0)
-        if own is not None:
-            level, note, fitted = own, f"meets target on its own {len(irows)} verdicts", True
-        elif pooled is not None:
-            level, fitted = round(min(0.999, max(pooled, worst)), 4), True
-            note = f"{len(irows)} verdicts: the level fitted on all {len(judged)} together"
-        else:
-            level, fitted = 1.0, False
-            note = (
-                f"{len(irows)} verdicts, and all {len(judged)} together, cannot show a false-hit rate under "
-                f"{target:g} with 95 % confidence (that needs {samples_needed(target)} accepted, all right): "
-                "not written"
-            )
+        fitted, note = _fit_intent(irows, len(judged), pooled, target=target, floor=floor, min_samples=min_samples,
+                                   key=_probability, unit="verdicts", what="level")  # fmt: skip
+        level = 1.0 if fitted is None else fitted
+        if fitted is None:
+            note += ": not written"
         hits = [r for r in irows if _probability(r) >= level]
         false = sum(_is_false(r) for r in hits)
         out[intent] = VerifyCalibration(intent, level, len(irows), len(hits), false,
-                                        round(upper_bound(false, len(hits)), 5), note, setting, fitted)  # fmt: skip
+                                        round(upper_bound(false, len(hits)), 5), note, setting,
+                                        fitted is not None)  # fmt: skip
     return out
 
 
