@@ -7,14 +7,28 @@
     │   ├── Unauthorized            401 authentication_error
     │   ├── NotFound                404 not_found_error
     │   └── MethodNotAllowed        405 invalid_request_error
-    └── UpstreamError               the endpoint behind us failed
-        ├── UpstreamUnavailable     502 (connection refused, reset, DNS)
-        ├── UpstreamTimeout         504
-        └── UpstreamStatus          the upstream's own 4xx/5xx, passed through as it came
+    ├── UpstreamError               the endpoint behind us failed
+    │   ├── UpstreamUnavailable     502 (connection refused, reset, DNS)
+    │   ├── UpstreamTimeout         504
+    │   └── UpstreamStatus          the upstream's own 4xx/5xx, passed through as it came
+    ├── ConfigError                 what the proxy or a tool starts from cannot be used
+    │   ├── SettingsError           settings.py (a ValueError); PortUnavailable, DataDirInUse
+    │   ├── PolicyError             policy.py (a ValueError): a policy file
+    │   ├── BadValue                policy_values.py: one policy value, before it learns its key
+    │   ├── PackError               embedding/errors.py: an embedding pack
+    │   ├── StoreMismatch           storage/base.py (a ValueError): data written by another model
+    │   └── TraceError              tools/datasets/traces.py (a ValueError): a trace line
+    └── ServiceError                a part of the proxy cannot answer now
+        ├── StoreUnavailable        storage/base.py (a RuntimeError)
+        ├── Overloaded              microbatch.py: a model's queue is full or too late
+        └── EngineError             upstream/engine.py (a RuntimeError): the local engine
 
-One middleware turns any of these into ``{"error": {"message", "type", "param", "code"}}``,
-with the error's ``headers`` (an upstream's ``retry-after``, ``x-ratelimit-*``, ``x-request-id``;
-a 405's ``allow``) on the response.
+Each class beside the part that raises it keeps the builtin base its callers catch it by.
+
+One middleware turns client and upstream errors into ``{"error": {"message", "type", "param",
+"code"}}``, with the error's ``headers`` (an upstream's ``retry-after``, ``x-ratelimit-*``,
+``x-request-id``; a 405's ``allow``) on the response. A config or service error that reaches it
+is the proxy's own failure: logged, and answered as a 500 that tells the client no detail.
 """
 
 from __future__ import annotations
@@ -126,6 +140,15 @@ class UpstreamStatus(UpstreamError):
         hint = " (is the proxy's upstream URL the API base, usually ending in /v1?)" if self.status == 404 else ""
         message = f"upstream answered {self.status} without an OpenAI-style error{hint}: {snippet!r}"
         return error_body(message, _UPSTREAM_TYPES.get(self.status, "upstream_error"), code=f"upstream_{self.status}")
+
+
+class ConfigError(SmartCacheError):
+    """Settings, a policy, a pack, a data directory or a trace that cannot be used: found at load,
+    never mid-request; the message names where it is and how to fix it."""
+
+
+class ServiceError(SmartCacheError):
+    """A part of the proxy (the store, a model, the local engine) cannot answer now."""
 
 
 # the OpenAI error type a client expects for an upstream status we have to describe ourselves

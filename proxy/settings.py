@@ -15,6 +15,7 @@ from typing import Any, get_args, get_type_hints
 
 import yaml
 
+from proxy.errors import ConfigError
 from proxy.upstream.hints import FLAVOURS
 
 PREFIX = "SMARTCACHE_"  # of the environment variables read as settings
@@ -38,7 +39,7 @@ def shipped_policy(embedding_model: str) -> Path:
     return own if "/" not in embedding_model and own.is_file() else DEFAULT_POLICY
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError, ValueError):
     def __init__(self, source: str, key: str, reason: str) -> None:
         super().__init__(f"{source}: {key}: {reason}")
         self.source, self.key, self.reason = source, key, reason

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from proxy.errors import SmartCacheError, UpstreamStatus, error_body
+from proxy.errors import ClientError, UpstreamError, UpstreamStatus, error_body
 
 log = structlog.get_logger("smartcache")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -32,7 +32,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(
             body=exc.body, status=exc.status, content_type=exc.content_type.split(";")[0], headers=relayed
         )
-    except SmartCacheError as exc:
+    # a config or service error here is the proxy's own failure: the last branch logs it, and
+    # the client is told no detail
+    except (ClientError, UpstreamError) as exc:
         headers = {**exc.headers, "x-cache-status": "miss"} if exc.status >= 500 else exc.headers
         return _json(exc.status, exc.to_body(), headers)
     except web.HTTPRequestEntityTooLarge as exc:
