@@ -376,6 +376,8 @@ async def open_parts(
             prewarmer=prewarmer,
             prewarm_all=s.prewarm,
             race=races(s.race_upstream, flavour),
+            retry=s.upstream_retry,
+            route_min_shared_chars=s.route_related_min_chars,
             settling=settling,
         )
         yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)

@@ -116,6 +116,14 @@ class Settings:
     # send the upstream call while the cache decides, and cancel it on a hit (proxy/http/race.py):
     # auto races the engines that abort a cancelled request (vllm, sglang, llamacpp), not a paid API
     race_upstream: str = "auto"
+    # an upstream attempt that failed before the client got a byte (refused connection, 500, 502,
+    # 503, 504) is sent once more with the same routing key: behind a router, a replica that has
+    # just died costs no client error (proxy/upstream/retry.py)
+    upstream_retry: bool = True
+    # a half-hit is routed by its related record's session when they share this many characters of
+    # prompt (system prompt, and the history when it is the same): the replica that holds that
+    # prefix serves it (proxy/upstream/routing.py). 0: whenever they share any; a huge value: never
+    route_related_min_chars: int = 4096
     # the pair verifier, loaded at start when an intent of the policy sets verify_accept (proxy/verify);
     # off: those intents serve no hits. Local files only, never a download.
     verify: bool = True
@@ -196,6 +204,7 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("embed_timeout_ms", s.embed_timeout_ms > 0, "> 0 milliseconds"),
         ("view_tokens", s.view_tokens == 0 or s.view_tokens >= 64, "0 (the model's length) or >= 64"),
         ("prewarm_concurrency", s.prewarm_concurrency >= 1, ">= 1"),
+        ("route_related_min_chars", s.route_related_min_chars >= 0, ">= 0"),
         ("log_level", s.log_level in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
         ("log_libraries", s.log_libraries in ("debug", "info", "warning", "error"), "debug, info, warning or error"),
     ]

@@ -36,6 +36,8 @@ from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
+from proxy.upstream.retry import retry_reason
+from proxy.upstream.routing import routing_session
 
 __all__ = ["ChatService"]
 
@@ -58,6 +60,8 @@ class ChatService:
         prewarmer: Prewarmer | None = None,
         prewarm_all: bool = False,
         race: frozenset[Kind] = frozenset(),
+        retry: bool = True,
+        route_min_shared_chars: int = 4096,
         settling: Settling,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -100,6 +104,10 @@ class ChatService:
                 lambda: dict(self.races),
             )
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
+        # an attempt that failed before its first byte reached the client is sent once more (upstream.retry)
+        self.retry = retry
+        # a half-hit goes where its related record's prefix is cached, when they share this much (upstream.routing)
+        self.route_min_shared_chars = route_min_shared_chars
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
         out = Outcome()
@@ -147,8 +155,9 @@ class ChatService:
             return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
         return await self._forward(http, req, who, out, plan, race)
 
-    def _send(self, req: ChatRequest, who: Identity, http: web.Request) -> UpstreamCall:
-        body, headers = self._upstream_request(req, who, http)
+    def _send(self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None) -> UpstreamCall:
+        """``route``: the session the router keys on (``routing_session``); the caller's own by default."""
+        body, headers = self._upstream_request(req, who, http, route)
         # the client's query string goes on as it came (Azure's api-version), as on passthrough routes
         return UpstreamCall(self.upstream, body, headers, stream=req.stream, params=tuple(http.query.items()))
 
@@ -216,38 +225,41 @@ class ChatService:
         return cache_headers(out, debug=self.debug_headers and http.headers.get("x-smartcache-debug") == "1")
 
     def _hinted(
-        self, body: dict[str, Any], req: ChatRequest, who: Identity, http: web.Request
+        self, body: dict[str, Any], req: ChatRequest, who: Identity, http: web.Request, route: str | None = None
     ) -> tuple[dict[str, Any], dict[str, str]]:
         turn = sum(1 for m in req.messages if m.role == "user")
         return apply_hints(
             self.flavour,
             body,
             forward_headers(http.headers),
-            session_id=who.session,
+            session_id=route or who.session,
             tenant_id=who.tenant,
             turn_index=turn,
             slot_count=self.slot_count,
         )
 
     def _upstream_request(
-        self, req: ChatRequest, who: Identity, http: web.Request
+        self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None
     ) -> tuple[dict[str, Any], dict[str, str]]:
         body = dict(req.forward_body)
         if strips_usage(req):
             # ask for usage so token accounting works, and strip the extra chunk on the way back
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return self._hinted(body, req, who, http)
+        return self._hinted(body, req, who, http, route)
 
     async def _forward(
         self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
     ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
         store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
+        route = routing_session(
+            who.session, who.tenant, req, plan.signature, plan.decision, min_shared_chars=self.route_min_shared_chars
+        )
         # only answers the cache could hold coalesce; a regenerate, a correction or a no-cache
         # request asks for an answer of its own
         table = self.coalescer if store is not None and plan.reason not in coalesce.NEVER_COALESCE else None
         if table is None:
-            return await self._call_upstream(http, req, who, out, store, None, race)
+            return await self._call_upstream(http, req, who, out, store, None, race, route=route)
         key = coalesce.coalesce_key(req, who)
         for _ in range(coalesce.FOLLOW_ATTEMPTS):
             flight = table.follow(key)
@@ -255,7 +267,7 @@ class ChatService:
                 flight = table.begin(key)
                 try:
                     # ended by the write-back, so followers get the record's id (_keep)
-                    return await self._call_upstream(http, req, who, out, store, flight, race)
+                    return await self._call_upstream(http, req, who, out, store, flight, race, route=route)
                 except BaseException:
                     table.end(flight)
                     raise
@@ -265,7 +277,7 @@ class ChatService:
             if (response := await self._follow(http, req, out, flight)) is not None:
                 return response
         # leaders keep losing their answers (clients gone, streams cut): stop waiting on them
-        return await self._call_upstream(http, req, who, out, store, None)
+        return await self._call_upstream(http, req, who, out, store, None, route=route)
 
     async def _follow(
         self, http: web.Request, req: ChatRequest, out: Outcome, flight: coalesce.Flight
@@ -296,28 +308,15 @@ class ChatService:
         store: tuple[Signature, IntentPolicy] | None,
         flight: coalesce.Flight | None,
         race: UpstreamCall | None = None,
+        *,
+        route: str | None = None,
     ) -> web.StreamResponse:
-        if race is not None:  # sent while the cache decided
+        if race is not None:  # sent while the cache decided (with the caller's own key: no plan yet)
             self.races["relayed"] += 1
         t = time.perf_counter()
-        call = race or self._send(req, who, http)
         try:
-            ours = functools.partial(self._headers, http, out)
-            if req.stream:
-                async with call.opened() as resp:
-                    relayed = await relay_stream(
-                        self.upstream,
-                        http,
-                        resp,
-                        strip_usage=strips_usage(req),
-                        out=out,
-                        ours=ours,
-                        metrics=self.metrics,
-                    )
-            else:
-                relayed = relay_json(await call.json(), out, ours)
+            relayed = await self._attempts(http, req, who, out, race or self._send(req, who, http, route), route)
         except UpstreamError as exc:
-            self.metrics.upstream_error(type(exc).__name__)
             out.upstream_status = exc.status
             if flight is not None:
                 flight.fail(exc)
@@ -333,6 +332,36 @@ class ChatService:
             except ConnectionResetError:
                 out.ending = out.ending or Ending.CLIENT_GONE
         return relayed.response
+
+    async def _attempts(
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, call: UpstreamCall, route: str | None
+    ) -> Relayed:
+        """The call relayed, and sent once more with the same routing key where it failed before
+        its first byte reached the client (upstream.retry): a router that lost the replica it chose
+        moves the second attempt to a live one. Bounded to one retry, so a fleet that is down costs
+        a client two attempts, never a storm."""
+        while True:
+            try:
+                return await self._relay(http, req, out, call)
+            except UpstreamError as exc:
+                self.metrics.upstream_error(type(exc).__name__)
+                reason = retry_reason(exc) if self.retry and out.retried is None else None
+                if reason is None:
+                    raise
+                out.retried = reason
+                self.metrics.upstream_retry(reason)
+                call = self._send(req, who, http, route)
+
+    async def _relay(self, http: web.Request, req: ChatRequest, out: Outcome, call: UpstreamCall) -> Relayed:
+        """One attempt. An error raised here came before the client got a byte: once a stream's
+        status line is relayed, what breaks ends it in-band (relay_stream) and is never raised."""
+        ours = functools.partial(self._headers, http, out)
+        if not req.stream:
+            return relay_json(await call.json(), out, ours)
+        async with call.opened() as resp:
+            return await relay_stream(
+                self.upstream, http, resp, strip_usage=strips_usage(req), out=out, ours=ours, metrics=self.metrics
+            )
 
     async def _keep(
         self,

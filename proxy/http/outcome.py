@@ -52,6 +52,8 @@ class Outcome:
     score: float | None = None
     cache_id: str | None = None
     upstream_status: int | None = None
+    # why the first upstream attempt was sent again (proxy.upstream.retry), None when it was not
+    retried: str | None = None
     saved_prompt_tokens: int = 0
     saved_completion_tokens: int = 0
     upstream_cached_tokens: int = 0
@@ -118,6 +120,7 @@ def account(metrics: Metrics, out: Outcome, who: Identity, elapsed: float) -> No
         score=None if out.score is None else round(out.score, 4),
         cache_id=out.cache_id,
         upstream_status=out.upstream_status,
+        retried=out.retried,
         stored=out.stored,
         latency_ms=round(elapsed * 1000, 2),
         saved_tokens=out.saved_prompt_tokens + out.saved_completion_tokens,

@@ -126,6 +126,12 @@ class Metrics:
         self._upstream_errors = Counter(
             "smartcache_upstream_errors", "Failed upstream calls, by kind.", ["kind"], registry=reg
         )
+        self._upstream_retries = Counter(
+            "smartcache_upstream_retries",
+            "Upstream attempts that failed before the client got a byte and were sent once more, by why.",
+            ["reason"],
+            registry=reg,
+        )
         self._decisions = Counter(
             "smartcache_decisions",
             "Lookups by the decision stage that ended them and its reason.",
@@ -199,6 +205,9 @@ class Metrics:
 
     def upstream_error(self, kind: str) -> None:
         self._upstream_errors.labels(_label(kind, "kind")).inc()
+
+    def upstream_retry(self, reason: str) -> None:
+        self._upstream_retries.labels(_label(reason, "reason")).inc()
 
     def decided(self, stage: str, reason: str) -> None:
         """Both come from the decision's own closed sets (its stages, the Reason enum)."""
