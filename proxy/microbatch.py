@@ -18,13 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from proxy.errors import ServiceError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 __all__ = ["BatchedFront", "MicroBatcher", "Overloaded"]
 
 
-class Overloaded(Exception):
+class Overloaded(ServiceError):
     """The model cannot answer in time: its queue is full or the answer would come too late."""
 
     def __init__(self, name: str, why: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from proxy.errors import ConfigError
 from proxy.model import SCOPES, Scope
 from proxy.policy_values import CONVERTERS, BadValue, Check, describe, type_name
 
@@ -65,7 +66,7 @@ class PolicyDeprecation(FutureWarning):
     """A key the policy file still sets but that has no effect any more; says what to do instead."""
 
 
-class PolicyError(ValueError):
+class PolicyError(ConfigError, ValueError):
     """A policy file that cannot be used; says where and how to fix it."""
 
     def __init__(self, file: str, key: str, reason: str) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
+from proxy.errors import ConfigError
 from proxy.model import SCOPES
 
 Check = Literal["budget", "dates", "counts", "entities"]
@@ -14,7 +15,7 @@ Check = Literal["budget", "dates", "counts", "entities"]
 CHECKS: tuple[Check, ...] = get_args(Check)
 
 
-class BadValue(Exception):
+class BadValue(ConfigError):
     """One value's problem, before it learns its file and key."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from proxy.errors import ConfigError
 
-class PackError(Exception):
+
+class PackError(ConfigError):
     """A pack is unknown, missing, broken or cannot be built; the message says what to run."""

