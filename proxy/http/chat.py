@@ -23,13 +23,13 @@ from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
 from proxy.http.relay import Relayed, relay_json, relay_stream
 from proxy.identity import Identity
+from proxy.lru import LruDict
 from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
 from proxy.planner import Plan, Planner, PolicyBox
 from proxy.policy import IntentPolicy
 from proxy.settling import Settling
-from proxy.signing.conversation import LruDict
 from proxy.signing.signer import ContextSigner
 from proxy.storage.base import StoreUnavailable
 from proxy.upstream import coalesce

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
+from proxy.lru import LruDict
 from proxy.policy import Policy
-from proxy.signing.conversation import LruDict
 from proxy.text.carry_over import TurnReading, carried, read_turn
 from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch
 from proxy.text.normalize import NormalText

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
+from proxy.lru import LruDict
 from proxy.model import CoarseTags, Signature
 from proxy.openai.request import ChatRequest
-from proxy.signing.conversation import Conversation, LruDict, Normalizer, Turn
+from proxy.signing.conversation import Conversation, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, names_in, spelled_out, statements

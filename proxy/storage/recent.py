@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from proxy.lru import LruDict
 from proxy.model import Record
-from proxy.signing.conversation import LruDict
 
 
 class RecentRecords:

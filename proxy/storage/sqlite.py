@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import aiosqlite
 import orjson
 
+from proxy.lru import LruDict
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
-from proxy.signing.conversation import LruDict
 from proxy.storage.base import (
     INTERNED_ORDER,
     Count,
