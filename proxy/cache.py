@@ -25,9 +25,8 @@ from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, Rec
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
-from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
-from proxy.storage.partition import Hits
+from proxy.storage.vectors import Hits, VectorIndex
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
 LOAD_BATCH = 32768  # records per hop to the index's thread at a rebuild: ~50 MB of float32 in flight
@@ -54,7 +53,7 @@ class Lookup:
 # costs less than the hop (bench_store.py times the scan, bench_request_parts.py the hop;
 # tests/storage/test_vector_index.py keeps both paths alike)
 INLINE_ROWS = 1024
-# an add of this many records into exact partitions runs on the event loop too (``HnswIndex.add_now``):
+# an add of this many records into exact partitions runs on the event loop too (``VectorIndex.add_now``):
 # a write-back's one row costs tens of microseconds, a thread hop more, and under load its wake-ups
 INLINE_ADDS = 16
 # An exact repeat embeds to the very vector its record holds; the index keeps rows in bfloat16,
@@ -111,7 +110,7 @@ class SemanticCache:
     def __init__(
         self,
         store: RecordStore,
-        index: HnswIndex,
+        index: VectorIndex,
         *,
         ready_after: float,
         top_k: int,
@@ -128,7 +127,9 @@ class SemanticCache:
         self._index_lock = asyncio.Lock()  # adopts one at a time (a write adds its own new label unlocked)
         self._rebuild: _Rebuild | None = None
 
-    async def load(self, *, snapshot: HnswIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None) -> int:
+    async def load(
+        self, *, snapshot: VectorIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None
+    ) -> int:
         """Rebuild the index from the store, the source of truth: at start, and to compact it. At start
         a ``snapshot`` of the graph (saved at the last shutdown) can stand in for the rebuild: it is
         brought level with the store, adding what was written and dropping what died since, so even
@@ -168,7 +169,7 @@ class SemanticCache:
                 gc.enable()
         return len(pools.keys)
 
-    async def _read(self, pools: Pools, into: HnswIndex | None) -> HnswIndex | None:
+    async def _read(self, pools: Pools, into: VectorIndex | None) -> VectorIndex | None:
         """Every live record's key into ``pools`` and, given an index to fill, its vector into that,
         a batch at a time: a million vectors never sit in memory twice."""
         batch: list[IndexRow] = []
@@ -196,7 +197,7 @@ class SemanticCache:
         pools.add_many(known)
         pools.add_many((row.label, row.key) for row in await self.store.index_rows(sorted(unsaved), vectors=False))
 
-    async def _level(self, snapshot: HnswIndex, pools: Pools) -> None:
+    async def _level(self, snapshot: VectorIndex, pools: Pools) -> None:
         """Labels are never reused and a record's vector and key never change, so the difference of
         the label sets is all that can be stale."""
         have = snapshot.labels()
@@ -513,6 +514,6 @@ def _with_label(record: Record, label: int) -> Record:
     return replace(record, label=label)
 
 
-def _add_rows(index: HnswIndex, rows: list[IndexRow]) -> None:
+def _add_rows(index: VectorIndex, rows: list[IndexRow]) -> None:
     matrix = np.frombuffer(b"".join(r.vector or b"" for r in rows), dtype=np.float32).reshape(len(rows), index.dim)
     index.add([r.label for r in rows], matrix, [r.key for r in rows])

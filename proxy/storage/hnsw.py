@@ -35,7 +35,6 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import hnswlib
 import numpy as np
@@ -51,28 +50,11 @@ from proxy.storage.mirror import (
     Want,
     partition_of,
 )
-from proxy.storage.partition import (
-    EXACT_LIMIT,
-    GraphSettings,
-    Hits,
-    Partition,
-    Vector,
-    rounded,
-    unit,
-)
+from proxy.storage.partition import EXACT_LIMIT, GraphSettings, Partition, rounded, unit
+from proxy.storage.vectors import Hits, Vector
 
 SNAPSHOT_FORMAT = 2
 _GEN_BYTES = 32  # the snapshot's generation, at the head of its data file
-
-
-class VectorIndex(Protocol):
-    dim: int
-
-    def add(self, labels: Sequence[int], vectors: Vector, keys: Sequence[IndexKey]) -> None: ...
-    def delete(self, labels: Iterable[int]) -> None: ...
-    def search(self, vector: Vector, k: int, *, want: Want | None = None) -> Hits: ...
-    def search_among(self, vector: Vector, labels: Sequence[int]) -> Hits: ...
-    def __len__(self) -> int: ...
 
 
 class HnswIndex:

@@ -9,10 +9,9 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.storage.mirror import COLUMNS, Coded, Columns
+from proxy.storage.vectors import Hits, Vector
 
-Vector = npt.NDArray[np.float32]
 Bf16 = npt.NDArray[np.uint16]
-Hits = list[tuple[int, float]]
 
 # exact scan of this many rows costs about what a graph walk does (bench_store.py); a graph past it
 EXACT_LIMIT = 8192
