@@ -63,6 +63,8 @@ def scrub(text: str) -> str:
     return _CREDENTIAL.sub(rf"\1\2{REDACTED}", _QUERY_SECRET.sub(rf"\1{REDACTED}", text))
 
 
+# A process-wide memo, kept on purpose: a pure function of its argument over a constant set, so
+# no app can see another's use of it; it holds field names, never values, and is bounded.
 @functools.lru_cache(maxsize=4096)
 def _secret_key(key: str) -> bool:
     """A field name that holds a secret whatever its value (a line's names recur: kept once)."""

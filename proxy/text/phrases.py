@@ -4,7 +4,6 @@ change instructions (negation, addition, modification of a constraint). Every ru
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -13,11 +12,10 @@ from proxy.text.normalize import NormalText, normalize_text
 from proxy.text.patterns import whole_words
 
 
-@functools.lru_cache(maxsize=4096)
 def _keyword_pattern(keyword: str) -> tuple[str, re.Pattern[str]]:
-    """Keywords come from the policy file: compiled once per keyword, not once per request. With
-    the pattern, the literal every match contains: a substring test (C, tens of nanoseconds) rules
-    out nearly every keyword before its regex runs."""
+    """Keywords come from the policy file: compiled once per keyword by the ``KeywordRules`` that
+    holds them (no memo shared between policies or apps). With the pattern, the literal every match
+    contains: a substring test rules out nearly every keyword before its regex runs."""
     keyword = normalize_text(keyword) if keyword.isascii() else keyword.lower()
     if re.search(r"[a-z0-9]", keyword) and keyword.isascii():
         return keyword, re.compile(whole_words(re.escape(keyword)))
