@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import openai
 import pytest
 import yaml
@@ -23,31 +22,12 @@ from proxy.storage.sqlite import SqliteStore, StoreMismatch
 from proxy.tools.calibrate import Calibration, write_policy
 from tests.conftest import Upstream
 from tests.e2e.test_e2e_core import ask, chat
+from tests.factories import make_record, unit_vector
 
 
-def make_record(dim: int) -> Record:
-    vec = (np.ones(dim, dtype=np.float32) / np.sqrt(dim)).tobytes()
-    return Record(
-        cache_id="c1",
-        tenant="t",
-        user=None,
-        scope="session",
-        session="s",
-        namespace="n",
-        context_fingerprint="f",
-        intent="general",
-        coarse_tags={},
-        vector=vec,
-        qvector=vec,
-        answer_text="a",
-        key_facts={},
-        model="m",
-        system_prompt_version="v",
-        policy_version="p",
-        request_hash="h",
-        state="ready",
-        expires_at=1e12,
-    )
+def record_of_dim(dim: int) -> Record:
+    vec = unit_vector(dim)
+    return make_record(cache_id="c1", vector=vec, qvector=vec, answer_text="a", expires_at=1e12)
 
 
 def minimal(**top: object) -> dict[str, object]:
@@ -147,7 +127,7 @@ async def test_store_is_stamped_and_refuses_another_model(tmp_path: Path) -> Non
     store = await SqliteStore.open(path)
     await store.claim_embedding("model-a", 4)
     await store.claim_embedding("model-b", 8)  # empty: re-stamped, nothing to compare
-    await store.insert(make_record(dim=8))
+    await store.insert(record_of_dim(dim=8))
     await store.claim_embedding("model-b", 8)
     for model, dim in (("model-a", 8), ("model-b", 4)):
         with pytest.raises(StoreMismatch) as err:
@@ -165,7 +145,7 @@ async def test_open_parts_refuses_a_cache_built_with_another_model(
     s = load_settings(environ={}, overrides={"data_dir": tmp_path, "model_home": model_home})
     store = await SqliteStore.open(s.db_path)
     await store.claim_embedding("some-other-model", sync_embedder.dim)
-    await store.insert(make_record(dim=sync_embedder.dim))
+    await store.insert(record_of_dim(dim=sync_embedder.dim))
     await store.close()
     with pytest.raises(StoreMismatch):
         async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder):
@@ -251,7 +231,7 @@ def test_an_installed_wheel_layout_finds_the_shipped_policies(tmp_path: Path) ->
 async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was_written_with(tmp_path: Path) -> None:
     path = tmp_path / "cache.sqlite3"
     store = await SqliteStore.open(path)
-    await store.insert(make_record(dim=384))  # written by a version that stamped nothing
+    await store.insert(record_of_dim(dim=384))  # written by a version that stamped nothing
     with pytest.raises(StoreMismatch, match="an unrecorded model"):
         await store.claim_embedding("use-multilingual", 512)
     await store.claim_embedding("e5-small-multilingual", 384)  # the default of those versions

@@ -14,6 +14,7 @@ from proxy.decision.validate import extract_key_facts
 from proxy.model import Candidate, Record, Signature, Status
 from proxy.openai.request import parse_chat_request
 from proxy.parts import Parts
+from tests.factories import make_record
 
 
 async def sign(parts: Parts, *turns: str) -> Signature:
@@ -23,25 +24,15 @@ async def sign(parts: Parts, *turns: str) -> Signature:
 
 
 def record_of(sig: Signature, answer: str = "cached answer") -> Record:
-    return Record(
+    return make_record(
         cache_id="sc-test",
-        tenant="t",
-        user=None,
-        scope="session",
-        session="s",
-        namespace="",
         context_fingerprint=sig.context_fingerprint,
         intent=sig.tags.intent,
         coarse_tags=sig.record_tags(),
         vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
         qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
         answer_text=answer,
-        key_facts={},
-        model="m",
         system_prompt_version=sig.system_prompt_version,
-        policy_version="v",
-        request_hash="h",
-        state="ready",
     )
 
 

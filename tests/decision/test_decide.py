@@ -26,6 +26,7 @@ from proxy.model import Candidate, CoarseTags, Decision, Reason, Record, Signatu
 from proxy.policy import IntentPolicy
 from proxy.text.entities import Entities, extract_entities
 from proxy.text.normalize import normalize_text
+from tests import factories
 
 # Reasons the plan gives before any candidate is looked up (request shape, session, policy) or
 # after it (a coalesced answer): never an exit of decide, covered by the openai and e2e tests.
@@ -118,25 +119,13 @@ def make_record(
         "question_raw": question,
         **({} if history is None else {"history": history}),
     }
-    return Record(
+    return factories.make_record(
         cache_id=cache_id,
-        tenant="t",
-        user=None,
-        scope="session",
-        session="s",
-        namespace="",
-        context_fingerprint="fp",
         intent=intent,
         coarse_tags=tags,
-        vector=b"",
-        qvector=b"",
         answer_text=answer,
         key_facts=key_facts or {},
-        model="m",
-        system_prompt_version="sp",
-        policy_version="v",
         request_hash=request_hash,
-        state="ready",
     )
 
 

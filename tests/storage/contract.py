@@ -10,46 +10,40 @@ import asyncio
 import dataclasses
 from typing import Any
 
-import numpy as np
 import pytest
 
 from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
 from proxy.storage.base import Count, RecordStore, Ref, Selector, StoreMismatch, Usage
+from tests import factories
+from tests.factories import unit_vector
 
 DIM = 4
 NOW = 1_000_000.0
 
 
 def vector(seed: int) -> bytes:
-    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
-    return (v / np.linalg.norm(v)).tobytes()
+    return unit_vector(DIM, seed)
 
 
 def make_record(n: int = 0, **changes: Any) -> Record:
-    base = Record(
-        cache_id=f"sc-{n:04d}",
-        tenant="t1",
-        user=None,
-        scope="session",
-        session="s1",
-        namespace="",
-        context_fingerprint="fp",
-        intent="general",
-        coarse_tags={"intent": "general", "turn": 1, "entities": {"places": ["巴黎"]}},
-        vector=vector(n),
-        qvector=vector(n + 1000),
-        answer_text=f"answer {n} — 答案",
-        key_facts={"numbers": [8000]},
-        model="m",
-        system_prompt_version="sp1",
-        policy_version="p1",
-        request_hash=f"h{n}",
-        state="ready",
-        created_at=NOW,
-        ready_at=NOW,
-        expires_at=NOW + 3600,
-    )
-    return dataclasses.replace(base, **changes)
+    """Record ``n`` of tenant t1, session s1: its own id, vectors and request hash."""
+    fields: dict[str, Any] = {
+        "cache_id": f"sc-{n:04d}",
+        "tenant": "t1",
+        "session": "s1",
+        "coarse_tags": {"intent": "general", "turn": 1, "entities": {"places": ["巴黎"]}},
+        "vector": vector(n),
+        "qvector": vector(n + 1000),
+        "answer_text": f"answer {n} — 答案",
+        "key_facts": {"numbers": [8000]},
+        "system_prompt_version": "sp1",
+        "policy_version": "p1",
+        "request_hash": f"h{n}",
+        "created_at": NOW,
+        "ready_at": NOW,
+        "expires_at": NOW + 3600,
+    }
+    return factories.make_record(**{**fields, **changes})
 
 
 async def served(store: RecordStore, cache_id: str, now: float) -> None:

@@ -1,0 +1,42 @@
+"""Factories for the values tests build again and again: one place that knows every field of a
+``Record``, so a test names only the fields it is about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from proxy.model import Record
+
+
+def unit_vector(dim: int, seed: int | None = None) -> bytes:
+    """A unit float32 vector as a record stores it: all equal components, or random ones by ``seed``."""
+    v = np.ones(dim, dtype=np.float32) if seed is None else np.random.default_rng(seed).standard_normal(dim)
+    return (v / np.linalg.norm(v)).astype(np.float32).tobytes()
+
+
+def make_record(**fields: Any) -> Record:
+    """A ready record of tenant ``t``, session ``s``, with no vectors, tags or key facts; ``fields``
+    replace any of them."""
+    base: dict[str, Any] = {
+        "cache_id": "sc-1",
+        "tenant": "t",
+        "user": None,
+        "scope": "session",
+        "session": "s",
+        "namespace": "",
+        "context_fingerprint": "fp",
+        "intent": "general",
+        "coarse_tags": {},
+        "vector": b"",
+        "qvector": b"",
+        "answer_text": "cached answer",
+        "key_facts": {},
+        "model": "m",
+        "system_prompt_version": "sp",
+        "policy_version": "v",
+        "request_hash": "h",
+        "state": "ready",
+    }
+    return Record(**{**base, **fields})
