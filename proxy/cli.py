@@ -238,8 +238,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     template = load_policy(settings.policy_file)
     rows = _replay_rows(args, shadow=True, settings=settings)
     results = calibrate(rows, template=template, target=args.target_false_hit)
-    verified = calibrate_verifier(rows, target=args.target_false_hit)
-    previous = calibrate_verifier(rows, target=args.target_false_hit, setting="verify_previous")
+    verify_target = args.target_false_hit if args.verify_target is None else args.verify_target
+    verified = calibrate_verifier(rows, target=verify_target)
+    previous = calibrate_verifier(rows, target=verify_target, setting="verify_previous")
     print_calibration(results, table_console())
     print(*describe_verified(verified), *describe_verified(previous), sep="\n")
     print_held_out(held_out(rows, template=template, target=args.target_false_hit), table_console())
@@ -255,6 +256,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             embedding_model=settings.embedding_model,
             verified=verified,
             previous=previous,
+            verify_target=verify_target,
         )
         print(f"wrote {args.out} (version {version})")
     return 0
@@ -319,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="choose per-intent thresholds for a target false-hit rate")
     cal.add_argument("traces", nargs="+", type=Path)
     cal.add_argument("--target-false-hit", type=float, default=1e-3)
+    cal.add_argument(
+        "--verify-target",
+        type=float,
+        help="false-hit target of the verifier's levels, among the hits it admits (default: --target-false-hit)",
+    )
     cal.add_argument("--policy", type=Path, help="template policy (default: the one shipped for the pack)")
     cal.add_argument("--embedding-model", dest="embedding_model", help="pack to calibrate for (default: settings)")
     cal.add_argument("--out", type=Path)

@@ -364,6 +364,7 @@ def write_policy(
     embedding_model: str | None = None,
     verified: Mapping[str, VerifyCalibration] | None = None,
     previous: Mapping[str, VerifyCalibration] | None = None,
+    verify_target: float | None = None,
 ) -> str:
     """The input policy with calibrated thresholds (and verifier levels, for the intents that
     verify), each intent commented with its data, stamped with the embedding model whose scores
@@ -384,8 +385,9 @@ def write_policy(
         rest["defaults"] = {k: v for k, v in rest["defaults"].items() if k not in VERIFY_SETTINGS}
     content = {**({"embedding_model": model} if model else {}), **rest, "intents": intents}
     version = calibrated_version(str(data.get("version", "")), content)
+    verify_flag = "" if verify_target in (None, target) else f" --verify-target {verify_target:g}"
     header = [
-        f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}` on:",
+        f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}{verify_flag}` on:",
         *[f"#   {t}" for t in traces],
         "# Per intent: samples = requests whose best candidate passed the nets. An intent whose",
         "# data cannot show the target keeps the template's thresholds (said at the intent).",

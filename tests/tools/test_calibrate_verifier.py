@@ -176,3 +176,16 @@ def test_a_verifier_level_the_template_sets_but_calibration_did_not_fit_is_dropp
     assert policy.intents["travel"].verify_previous == pytest.approx(0.8)
     assert all(i.verify_previous is None for n, i in policy.intents.items() if n != "travel")
     assert all(i.verify_accept is None for i in policy.intents.values())
+
+
+def test_a_verifier_target_of_its_own_is_written_in_the_header(tmp_path: Path) -> None:
+    """``--verify-target``: the verifier's levels meet a target apart from the accept zone's."""
+    rows = travel_rows()
+    out = tmp_path / "verified.yaml"
+    write_policy(DEFAULT_POLICY, out, calibrate(rows, min_samples=5), traces=["t.jsonl"], target=1e-3,
+                 verified=calibrate_verifier(rows, target=0.1), verify_target=0.1)  # fmt: skip
+    assert "calibrate --target-false-hit 0.001 --verify-target 0.1`" in out.read_text(encoding="utf-8")
+    assert load_policy(out).intents["travel"].verify_accept == pytest.approx(0.8)
+    same = tmp_path / "same.yaml"
+    write_policy(DEFAULT_POLICY, same, {}, traces=["t"], target=1e-3, verify_target=1e-3)
+    assert "--verify-target" not in same.read_text(encoding="utf-8")
