@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from proxy.decision.decide import candidates_to_verify, decide
+from proxy.decision.decide import decide, verification_rounds
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
 from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
@@ -360,20 +360,23 @@ class SemanticCache:
     ) -> dict[str, float]:
         """The verifier's probabilities for the candidates decide will read. None come back when it
         is off, overloaded or failing: the verification stage then half-hits, it never serves."""
-        asked = candidates_to_verify(found, sig, policy)
-        if not asked or self.verifier is None:
+        rounds = verification_rounds(found, sig, policy)
+        if not rounds.first or self.verifier is None:
             return {}
         t0 = time.perf_counter()
+        verdicts: dict[str, float] = {}
         try:
-            return await self.verifier.verdicts(asked, sig)
+            verdicts.update(await self.verifier.verdicts(rounds.first, sig))
+            if rounds.then and not rounds.settled(verdicts):
+                verdicts.update(await self.verifier.verdicts(rounds.then, sig))
         except VerifierBusy:
-            return {}
+            pass  # what was judged stands; the rest half-hits
         except Exception as exc:  # a broken model costs hits, never the request
             structlog.get_logger("smartcache").warning("verify.failed", error=repr(exc)[:200])
-            return {}
         finally:
             if stages is not None:
                 stages["verify"] = time.perf_counter() - t0
+        return verdicts
 
     async def served(self, record: Record, who: Identity, sig: Signature) -> None:
         """Count the hit and remember it as the session's last answer. Best effort: the answer is in

@@ -373,11 +373,41 @@ def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy
     when the intent verifies it (``verify_previous``); and, when the intent verifies
     (``verify_accept``), the best one and its alternates among the nearest ``verify_top``, each
     that passes every stage before verification. Usually a few, often none."""
+    rounds = verification_rounds(candidates, sig, policy)
+    return [*rounds.first, *rounds.then]
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationRounds:
+    """``candidates_to_verify`` in two rounds: the alternates are read only when neither the
+    session's previous turn nor the best candidate is accepted, so a verified hit costs the
+    verifier one or two pairs, not ``verify_top`` of them."""
+
+    first: list[Candidate]  # the session's previous turn, the best candidate
+    then: list[Candidate]  # the alternates
+    previous: Candidate | None
+    accept: float | None
+    accept_previous: float | None
+
+    def settled(self, verdicts: Mapping[str, float]) -> bool:
+        """Does a verdict of the first round already serve, so the alternates need no reading?"""
+        for c in self.first:
+            level = self.accept_previous if c is self.previous else self.accept
+            p = verdicts.get(c.record.cache_id)
+            if level is not None and p is not None and p >= level:
+                return True
+        return False
+
+
+def verification_rounds(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> VerificationRounds:
     if policy.verify_accept is None and policy.verify_previous is None:
-        return []  # the stages would run twice for nothing: once here, once in decide
+        # the stages would run twice for nothing: once here, once in decide
+        return VerificationRounds([], [], None, None, None)
     ctx = DecisionContext(candidates, sig, policy)
-    asked = [] if ctx.previous_turn is None else [ctx.previous_turn]
+    previous = ctx.previous_turn
+    asked = [] if previous is None else [previous]
     for judged in [ctx, *ctx.alternates()]:
         if _verifiable(judged) and judged.best not in asked:
             asked.append(judged.best)
-    return asked
+    head = 1 + (previous is not None)
+    return VerificationRounds(asked[:head], asked[head:], previous, policy.verify_accept, policy.verify_previous)

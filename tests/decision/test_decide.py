@@ -21,6 +21,7 @@ from proxy.decision.decide import (
     decide,
     hard_filters,
     verification,
+    verification_rounds,
 )
 from proxy.model import Candidate, CoarseTags, Decision, Reason, Record, Signature, Status
 from proxy.policy import IntentPolicy
@@ -516,6 +517,22 @@ def test_the_verifier_reads_the_nearest_few_and_serves_the_one_it_accepts() -> N
     d = decide(cands, make_sig(), VERIFYING, verdicts={"near": 0.2, "para": 0.95, "far": 0.85})
     assert (d.status, d.reason, d.record and d.record.cache_id) == (Status.HIT, Reason.VERIFIED, "para")
     assert d.verified == 0.95
+
+
+def test_the_alternates_are_read_only_when_the_first_round_accepts_none() -> None:
+    cands = _near_miss_and_paraphrase()
+    rounds = verification_rounds(cands, make_sig(), VERIFYING)
+    assert [c.record.cache_id for c in rounds.first] == ["near"]
+    assert [c.record.cache_id for c in rounds.then] == ["para", "far"]
+    assert rounds.settled({"near": 0.95})
+    assert not rounds.settled({"near": 0.2}) and not rounds.settled({})
+    both = make_policy(verify_previous=0.9, verify_accept=0.8)
+    best = make_candidate(0.95, make_record(cache_id="best"))
+    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN)
+    rounds = verification_rounds([previous_turn(), best], sig, both)
+    assert [c.record.cache_id for c in rounds.first] == ["sc-1", "best"] and rounds.then == []
+    # each at its own level: the previous turn at verify_previous, the best at verify_accept
+    assert not rounds.settled({"sc-1": 0.85, "best": 0.1}) and rounds.settled({"sc-1": 0.1, "best": 0.85})
 
 
 def test_verify_top_bounds_the_reading_and_no_accepted_alternate_keeps_the_first_verdict() -> None:
