@@ -17,7 +17,8 @@
     │   ├── BadValue                policy_values.py: one policy value, before it learns its key
     │   ├── PackError               embedding/errors.py: an embedding pack
     │   ├── StoreMismatch           storage/base.py (a ValueError): data written by another model
-    │   └── TraceError              tools/datasets/traces.py (a ValueError): a trace line
+    │   ├── TraceError              tools/datasets/traces.py (a ValueError): a trace line
+    │   └── VerifierError           verify/cross_encoder.py: the pair verifier's files
     └── ServiceError                a part of the proxy cannot answer now
         ├── StoreUnavailable        storage/base.py (a RuntimeError)
         ├── Overloaded              microbatch.py: a model's queue is full or too late

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.embedding.manifest import sha256_of
+from proxy.errors import ConfigError
 from proxy.verify.encoding import pad_batch, pair_ids
 from proxy.verify.graph import TOP_BITS, base_image, base_path, base_tokenizer, verifier_graph
 from proxy.verify.sides import PairSide, side_text
@@ -37,7 +38,7 @@ TOP_FILE = "top.npz"
 _GRAPH_FILE = "verifier-{digest}.onnx"
 
 
-class VerifierError(Exception):
+class VerifierError(ConfigError):
     """The verifier's files are missing, altered, or cannot be run; the message says which."""
 
 
