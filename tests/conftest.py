@@ -32,6 +32,13 @@ MODEL_FIXTURES = frozenset({"model_home", "sync_embedder", "packs_dir", "embedde
 ENGINE_FIXTURES = frozenset({"engine"})
 
 
+# Every test fails past pyproject's `timeout` (near 30 s) unless it opts in to more: a test of one
+# of these markers gets its marker's limit, and a test that knows its own need says so with
+# `pytest.mark.timeout(N)`, which wins. The limit covers fixture setup, so the first model test
+# of a run also builds the embedding pack.
+MARKER_TIMEOUTS = {"engine": 600, "slow": 300, "model": 180}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
@@ -39,6 +46,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
         if used & ENGINE_FIXTURES:
             item.add_marker(pytest.mark.engine)
+        limits = [limit for name, limit in MARKER_TIMEOUTS.items() if item.get_closest_marker(name)]
+        if limits and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(max(limits)))
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,7 @@ def test_every_converter_is_listed() -> None:
     assert set(CONVERTERS) == set(SOURCES)
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_converter_output_is_well_formed_and_deterministic(name: str, small: dict[str, list[Conversation]]) -> None:
     convs = small[name]
@@ -63,6 +64,7 @@ def test_converter_output_is_well_formed_and_deterministic(name: str, small: dic
         assert CONVERTERS[name](DATA, random.Random(8), 10) != convs
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 @pytest.mark.parametrize(("name", "labels_of"), [("pawsx_pairs", "pawsx"), ("qqp_pairs", "qqp")])
 def test_pair_keys_follow_the_labels(name: str, labels_of: str, small: dict[str, list[Conversation]]) -> None:
     if labels_of == "pawsx":
@@ -85,6 +87,7 @@ def test_pair_keys_follow_the_labels(name: str, labels_of: str, small: dict[str,
     assert set(seen) == {("session", 0), ("session", 1), ("tenant", 0), ("tenant", 1)}
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_pair_converters_skip_the_texts_the_shipped_verifier_trained_on() -> None:
     from proxy.tools.datasets.pairs import verifier_trained
     from proxy.tools.verifier.pairs import text_key
@@ -119,6 +122,7 @@ def test_dialogue_converters_skip_the_dialogues_the_shipped_verifier_mined() -> 
         assert not [o for o in seen if openings.get(o)], name
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_converters_skip_rows_the_dev_traces_use() -> None:
     if not DEV.is_file():
         pytest.skip("no dev traces to keep apart from")
@@ -137,6 +141,7 @@ def test_converters_skip_rows_the_dev_traces_use() -> None:
     assert not {norm(c.turns[-1].user) for c in kvret} & dev  # the paraphrases and gold rewrites
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_gecor_same_followup_other_context_gets_other_key(small: dict[str, list[Conversation]]) -> None:
     dials = json.loads((DATA / "gecor_camrest676" / "CamRest676_annotated.json").read_text("utf-8"))
     complete: dict[str, set[str]] = {}
@@ -158,6 +163,7 @@ def test_gecor_same_followup_other_context_gets_other_key(small: dict[str, list[
     assert all(len(set(keys)) == len(keys) for keys in targets.values())
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_kvret_paraphrases_share_the_request_key(small: dict[str, list[Conversation]]) -> None:
     convs = {c.id: c for c in small["kvret_rewrites"]}
     mains = [c for cid, c in convs.items() if cid.count("-") == 1]
@@ -170,6 +176,7 @@ def test_kvret_paraphrases_share_the_request_key(small: dict[str, list[Conversat
         assert len({norm(c.turns[-1].user), *(norm(t[0].user) for t in fresh)}) == 3
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_crosswoz_turns_are_own_keys_except_the_repeat(small: dict[str, list[Conversation]]) -> None:
     rows = {
         json.loads(ln)["dialog_id"]: json.loads(ln)
@@ -186,6 +193,7 @@ def test_crosswoz_turns_are_own_keys_except_the_repeat(small: dict[str, list[Con
     assert Counter(c.category for c in small["crosswoz_dialogues"]).keys() == SOURCES["crosswoz_dialogues"]
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_mtbench_followups_never_share_keys_across_conversations(small: dict[str, list[Conversation]]) -> None:
     convs = small["mtbench_followups"]
     assert {c.category for c in convs} == SOURCES["mtbench_followups"]
@@ -199,6 +207,7 @@ def test_mtbench_followups_never_share_keys_across_conversations(small: dict[str
     assert all(len(set(keys)) == len(keys) for keys in shared)
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_realtime_probes_forbid_hits_and_regenerate(small: dict[str, list[Conversation]]) -> None:
     convs = small["realtime_probes"]
     regen = [c for c in convs if c.category == "regenerate_handwritten"]
@@ -224,6 +233,7 @@ def test_build_traces_is_per_name_deterministic() -> None:
         build_traces(DATA, names=["nope"])
 
 
+@pytest.mark.slow  # reads the evaluation data in full
 def test_write_then_load_round_trip(tmp_path: Path, small: dict[str, list[Conversation]]) -> None:
     convs = small["realtime_probes"] + small["kvret_rewrites"]
     path = tmp_path / "t.jsonl"

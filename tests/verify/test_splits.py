@@ -71,6 +71,7 @@ def test_eval_selection_is_reproduced_exactly(data_dir: Path, tmp_path: Path) ->
     assert eval_rows(data_dir, eval_dir=tmp_path).texts == written
 
 
+@pytest.mark.slow  # the splits fixture reads every source
 def test_no_replay_trace_row_is_trained_or_calibrated_on(splits: Splits) -> None:
     held = splits.held_out
     assert len(held.texts) > 1000  # PAWS-X, QQP, GECOR and KVRET turns
@@ -81,6 +82,7 @@ def test_no_replay_trace_row_is_trained_or_calibrated_on(splits: Splits) -> None
         ]
 
 
+@pytest.mark.slow  # the splits fixture reads every source
 def test_no_traced_dialogue_is_mined_for_training(splits: Splits, data_dir: Path) -> None:
     gecor = json.loads((data_dir / "gecor_camrest676/CamRest676_annotated.json").read_text(encoding="utf-8"))
     kvret = json.loads((data_dir / "cqr_kvret/cqr_kvret_dev_public.json").read_text(encoding="utf-8"))
@@ -106,6 +108,7 @@ def test_no_traced_dialogue_is_mined_for_training(splits: Splits, data_dir: Path
         assert dialogues and not dialogues & traced, (name, sorted(dialogues & traced)[:5])
 
 
+@pytest.mark.slow  # the splits fixture reads every source
 def test_shipped_manifest_matches_the_split(splits: Splits) -> None:
     from proxy.tools.verifier.dataset import manifest
 
@@ -128,6 +131,7 @@ def test_shipped_manifest_matches_the_split(splits: Splits) -> None:
     assert "numbers_changed" in trained and trained <= set(shipped["counts"]["train"]) | derived
 
 
+@pytest.mark.slow  # the splits fixture reads every source
 def test_next_turn_negatives_pair_a_turn_in_context_with_the_turn_before_it(splits: Splits) -> None:
     rows = [p for name in ("train", "calib", "test") for p in splits.rows[name] if p.source == "mined_next_turn"]
     assert len(rows) > 1000
@@ -141,6 +145,7 @@ def test_next_turn_negatives_pair_a_turn_in_context_with_the_turn_before_it(spli
     assert sources == {"gecor", "crosswoz", "mt_bench"}
 
 
+@pytest.mark.slow  # the splits fixture reads every source
 def test_restated_turns_are_read_as_the_cache_meets_them(splits: Splits) -> None:
     rows = [p for name in ("train", "calib", "test") for p in splits.rows[name] if p.source == "mined_restated"]
     assert len(rows) > 1000
