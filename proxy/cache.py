@@ -51,7 +51,7 @@ class Lookup:
 
 # a lookup scanning up to this many rows runs on the event loop, not in the executor: the scan
 # costs less than the hop (bench_store.py times the scan, bench_request_parts.py the hop;
-# tests/storage/test_vector_index.py keeps both paths alike)
+# tests/storage/test_hnsw.py keeps both paths alike)
 INLINE_ROWS = 1024
 # an add of this many records into exact partitions runs on the event loop too (``VectorIndex.add_now``):
 # a write-back's one row costs tens of microseconds, a thread hop more, and under load its wake-ups

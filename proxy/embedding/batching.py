@@ -18,7 +18,7 @@ from proxy.microbatch import BatchedFront, MicroBatcher
 # Room for what a tokenizer adds to a text: its special tokens and the pack's query prefix (e5's
 # "query: " is 7 bytes). Every tokenizer a pack uses (SentencePiece, WordPiece) cuts pieces of at
 # least one byte of its normalised input, and a signed text is NFKC already, so a text has at most
-# its UTF-8 bytes plus this room in tokens (tests/embedding/test_embedding_packs.py checks every pack
+# its UTF-8 bytes plus this room in tokens (tests/embedding/test_packs.py checks every pack
 # on texts of many scripts and of the forms NFKC rewrites).
 TOKENIZER_ROOM = 16
 

@@ -279,7 +279,7 @@ class SqliteStore:
 
     async def _on_thread(self, run: Callable[[sqlite3.Connection], T]) -> T:
         # aiosqlite runs a function on its connection's thread only through this private method;
-        # tests/storage/test_sqlite_store.py exercises it, so a release without it fails the tests
+        # tests/storage/test_sqlite.py exercises it, so a release without it fails the tests
         db = self._db
         return await db._execute(lambda: run(db._conn))  # type: ignore[no-untyped-call,no-any-return]
 

@@ -18,7 +18,7 @@ from proxy.tools.datasets.traces import (
     write_traces,
 )
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 DEV = DATA.parent / "eval" / "dev_traces.jsonl"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"evaluation data not at {DATA}")
 
