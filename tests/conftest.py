@@ -36,7 +36,7 @@ ENGINE_FIXTURES = frozenset({"engine"})
 # of these markers gets its marker's limit, and a test that knows its own need says so with
 # `pytest.mark.timeout(N)`, which wins. The limit covers fixture setup, so the first model test
 # of a run also builds the embedding pack.
-MARKER_TIMEOUTS = {"engine": 600, "slow": 300, "model": 180}
+MARKER_TIMEOUTS = {"engine": 600, "slow": 600, "model": 180}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
