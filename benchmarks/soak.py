@@ -21,7 +21,7 @@ on loopback; this process is the load generator. Phases:
 3. idle: N idle client connections held open (half never send a byte, half send one request
    and keep the connection): the proxy's RSS and descriptors while held, a request's latency
    beside them, and how many the proxy has closed once ``keepalive_timeout`` has passed.
-4. fuzz: tests/http/test_bad_input_fuzz.py with ``SMARTCACHE_FUZZ_EXAMPLES`` generated requests.
+4. fuzz: tests/e2e/test_bad_input_fuzz.py with ``SMARTCACHE_FUZZ_EXAMPLES`` generated requests.
 5. kill -9: writes under load, the proxy killed at a random moment, restarted; every record that
    was ready is still ready, and ``PRAGMA integrity_check`` passes.
 
@@ -367,7 +367,7 @@ async def idle_phase(proxy: ProxyProcess, plan: Plan, report: Report, keepalive:
 
 
 def fuzz_phase(plan: Plan, report: Report, env: dict[str, str]) -> None:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/http/test_bad_input_fuzz.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/e2e/test_bad_input_fuzz.py"]
     if plan.fuzz_examples == 0:
         cmd += ["-k", "parser_and_identity"]  # the pure level only
     done = subprocess.run(
