@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from proxy.decision.decide import decide, verification_rounds
+from proxy.decision.decide import DecisionContext, decide_in, verification_rounds
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
 from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
@@ -346,21 +346,22 @@ class SemanticCache:
         repeats_only: bool = False,
     ) -> Lookup:
         found = await self.candidates(sig, request, who, policy, repeats_only=repeats_only)
-        verdicts = await self._verdicts(found.ready, sig, policy, stages)
+        # one context throughout: what it judged to choose the verifier's pairs is not judged again
+        ctx = DecisionContext(found.ready, sig, policy)
+        verdicts = await self._verdicts(ctx, stages)
         t0 = time.perf_counter()
-        decision = decide(found.ready, sig, policy, verdicts=verdicts)
+        decision = decide_in(ctx.with_verdicts(verdicts))
         if stages is not None:
             stages["decide"] = time.perf_counter() - t0
         if decision.status is Status.MISS and decision.reason is Reason.VALIDATION_FAILED and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
         return Lookup(decision, found.best_pending)
 
-    async def _verdicts(
-        self, found: list[Candidate], sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None
-    ) -> dict[str, float]:
+    async def _verdicts(self, ctx: DecisionContext, stages: dict[str, float] | None) -> dict[str, float]:
         """The verifier's probabilities for the candidates decide will read. None come back when it
         is off, overloaded or failing: the verification stage then half-hits, it never serves."""
-        rounds = verification_rounds(found, sig, policy)
+        rounds = verification_rounds(ctx)
+        sig = ctx.sig
         if not rounds.first or self.verifier is None:
             return {}
         t0 = time.perf_counter()

@@ -90,15 +90,33 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
     return None
 
 
+# what a context derives without the verifier's verdicts: carried to the context that has them
+_BEFORE_VERDICTS = ("ranked", "survivors", "words_restated", "previous_turn", "_alternate_contexts")
+
+
 @dataclass(frozen=True)
 class DecisionContext:
     """What every stage reads: the request, its policy, the candidates and the verifier's
-    probabilities (cache_id -> p). What several stages need is derived once, on first use."""
+    probabilities (cache_id -> p). What several stages need is derived once, on first use, and
+    what does not hang on the verdicts is derived once for the whole decision: the context that
+    chose what to verify hands it to the one that reads the verdicts (``with_verdicts``)."""
 
     candidates: Sequence[Candidate]
     sig: Signature
     policy: IntentPolicy
     verdicts: Mapping[str, float] = field(default_factory=dict)
+    # change detection per judged record (best, restated?): the best may move once verdicts come
+    _changes: dict[tuple[str, bool], ChangeVerdict] = field(default_factory=dict, compare=False, repr=False)
+    # the lexical guard per judged record (best, restated by its words?, verified?)
+    _guards: dict[tuple[str, bool, bool], Reason | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_verdicts(self, verdicts: Mapping[str, float]) -> DecisionContext:
+        """This context with the verifier's verdicts, keeping what it derived without them."""
+        ctx = DecisionContext(self.candidates, self.sig, self.policy, verdicts, self._changes, self._guards)
+        for name in _BEFORE_VERDICTS:
+            if name in self.__dict__:
+                ctx.__dict__[name] = self.__dict__[name]
+        return ctx
 
     @cached_property
     def ranked(self) -> list[Filtered]:
@@ -169,8 +187,23 @@ class DecisionContext:
         """The candidate the stages after the hard filters judge (only read once one survived)."""
         return self.restated or self.survivors[0]
 
-    @cached_property
+    @property
     def change(self) -> ChangeVerdict:
+        key = (self.best.record.cache_id, self.restated is not None)
+        if key not in self._changes:
+            self._changes[key] = self._detect_change()
+        return self._changes[key]
+
+    @property
+    def guard(self) -> Reason | None:
+        """Why the embedding cannot be trusted for the best candidate, if it cannot (``lexical_guard``)."""
+        restated, verifies = self.words_restated is not None, self.verifies
+        key = (self.best.record.cache_id, restated, verifies)
+        if key not in self._guards:
+            self._guards[key] = lexical_guard(self.sig, self.best, restated=restated, verified=verifies)
+        return self._guards[key]
+
+    def _detect_change(self) -> ChangeVerdict:
         record = self.best.record
         return detect_change(
             self.sig.current_text,
@@ -205,11 +238,17 @@ class DecisionContext:
         verifies: the nearest vector is not always the same request (a paraphrase can sit below a
         near-miss), so the verifier reads up to ``verify_top`` of them. Each still passes every
         net on its own."""
-        if self.policy.verify_accept is None or self.restated is not None or not self.survivors:
+        if self.restated is not None:
+            return []
+        return [alt.with_verdicts(self.verdicts) for alt in self._alternate_contexts]
+
+    @cached_property
+    def _alternate_contexts(self) -> list[DecisionContext]:
+        if self.policy.verify_accept is None or not self.survivors:
             return []
         floor, top = self.policy.candidate, self.policy.verify_top
         return [
-            DecisionContext((cand,), self.sig, self.policy, self.verdicts)
+            DecisionContext((cand,), self.sig, self.policy)
             for cand in self.survivors[1:top]
             if cand.score >= floor and cand.record.request_hash != self.sig.request_hash
         ]
@@ -263,7 +302,7 @@ def lexical_guards(ctx: DecisionContext) -> Decision | None:
     # verifier read: only a restatement its words show is exempt
     if ctx.exact_repeat:
         return None
-    guard = lexical_guard(ctx.sig, ctx.best, restated=ctx.words_restated is not None, verified=ctx.verifies)
+    guard = ctx.guard
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
 
@@ -340,7 +379,12 @@ def decide(
     *,
     verdicts: Mapping[str, float] | None = None,
 ) -> Decision:
-    ctx = DecisionContext(candidates, sig, policy, verdicts or {})
+    return decide_in(DecisionContext(candidates, sig, policy, verdicts or {}))
+
+
+def decide_in(ctx: DecisionContext) -> Decision:
+    """The decision on a context: pass the one ``verification_rounds`` read, ``with_verdicts``,
+    and the stages before verification are not run again for what they already judged."""
     decision = _fold(ctx)
     if decision.status is Status.HIT:
         return decision
@@ -373,7 +417,7 @@ def candidates_to_verify(candidates: Sequence[Candidate], sig: Signature, policy
     when the intent verifies it (``verify_previous``); and, when the intent verifies
     (``verify_accept``), the best one and its alternates among the nearest ``verify_top``, each
     that passes every stage before verification. Usually a few, often none."""
-    rounds = verification_rounds(candidates, sig, policy)
+    rounds = verification_rounds(DecisionContext(candidates, sig, policy))
     return [*rounds.first, *rounds.then]
 
 
@@ -399,11 +443,11 @@ class VerificationRounds:
         return False
 
 
-def verification_rounds(candidates: Sequence[Candidate], sig: Signature, policy: IntentPolicy) -> VerificationRounds:
+def verification_rounds(ctx: DecisionContext) -> VerificationRounds:
+    """What to ask the verifier about, from a context without verdicts (``candidates_to_verify``)."""
+    policy = ctx.policy
     if policy.verify_accept is None and policy.verify_previous is None:
-        # the stages would run twice for nothing: once here, once in decide
         return VerificationRounds([], [], None, None, None)
-    ctx = DecisionContext(candidates, sig, policy)
     previous = ctx.previous_turn
     asked = [] if previous is None else [previous]
     for judged in [ctx, *ctx.alternates()]:

@@ -6,6 +6,7 @@ fails the coverage test, so a new exit comes with its case."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from proxy.decision import decide as decide_module
 from proxy.decision.decide import (
     STAGES,
     DecisionContext,
     accept_zone,
     candidates_to_verify,
     decide,
+    decide_in,
     hard_filters,
     verification,
     verification_rounds,
@@ -521,7 +524,7 @@ def test_the_verifier_reads_the_nearest_few_and_serves_the_one_it_accepts() -> N
 
 def test_the_alternates_are_read_only_when_the_first_round_accepts_none() -> None:
     cands = _near_miss_and_paraphrase()
-    rounds = verification_rounds(cands, make_sig(), VERIFYING)
+    rounds = verification_rounds(DecisionContext(cands, make_sig(), VERIFYING))
     assert [c.record.cache_id for c in rounds.first] == ["near"]
     assert [c.record.cache_id for c in rounds.then] == ["para", "far"]
     assert rounds.settled({"near": 0.95})
@@ -529,10 +532,36 @@ def test_the_alternates_are_read_only_when_the_first_round_accepts_none() -> Non
     both = make_policy(verify_previous=0.9, verify_accept=0.8)
     best = make_candidate(0.95, make_record(cache_id="best"))
     sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN)
-    rounds = verification_rounds([previous_turn(), best], sig, both)
+    rounds = verification_rounds(DecisionContext([previous_turn(), best], sig, both))
     assert [c.record.cache_id for c in rounds.first] == ["sc-1", "best"] and rounds.then == []
     # each at its own level: the previous turn at verify_previous, the best at verify_accept
     assert not rounds.settled({"sc-1": 0.85, "best": 0.1}) and rounds.settled({"sc-1": 0.1, "best": 0.85})
+
+
+def test_one_context_judges_each_candidate_once_around_the_verifier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stages that chose what to verify are not run again once the verdicts come back."""
+    calls: Counter[str] = Counter()
+    for name in ("detect_change", "reordered"):
+        real = getattr(decide_module, name)
+        monkeypatch.setattr(decide_module, name, _counting(real, name, calls))
+    cands = _near_miss_and_paraphrase()
+    ctx = DecisionContext(cands, make_sig(), VERIFYING)
+    rounds = verification_rounds(ctx)
+    assert [c.record.cache_id for c in [*rounds.first, *rounds.then]] == ["near", "para", "far"]
+    judged = dict(calls)
+    d = decide_in(ctx.with_verdicts({"near": 0.2, "para": 0.95, "far": 0.85}))
+    assert (d.status, d.reason, d.record and d.record.cache_id) == (Status.HIT, Reason.VERIFIED, "para")
+    assert calls == judged == {"detect_change": 3, "reordered": 3}
+    # the same decision as from scratch
+    assert d == decide(cands, make_sig(), VERIFYING, verdicts={"near": 0.2, "para": 0.95, "far": 0.85})
+
+
+def _counting(real: Callable[..., Any], name: str, calls: Counter[str]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return real(*args, **kwargs)
+
+    return counted
 
 
 def test_verify_top_bounds_the_reading_and_no_accepted_alternate_keeps_the_first_verdict() -> None:
