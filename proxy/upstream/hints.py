@@ -5,8 +5,9 @@ byte-identical and append-only (so `messages` is never touched here) and steerin
 conversation to the worker, or slot, that still holds its KV blocks:
 
 - vllm:     `x-session-id` header for the production-stack router (`--routing-logic session
-            --session-key x-session-id`); `cache_salt` per tenant, so one tenant's prefix blocks
-            are never reused (or timed) by another. The salt is stable per tenant, never per
+            --session-key x-session-id`) and vllm-router (`--policy consistent_hash`, whose first
+            hash key it is); `cache_salt` per tenant, so one tenant's prefix blocks are never
+            reused (or timed) by another. The salt is stable per tenant, never per
             request: a per-request salt would disable prefix caching altogether.
 - sglang:   body `rid` = `<key>_t<turn>_r<n>` and header `x-smg-routing-key` = `<key>`. SGLang's
             model gateway (SMG, the former sglang router) strips a trailing `_r<digits>` retry
@@ -21,8 +22,9 @@ conversation to the worker, or slot, that still holds its KV blocks:
 - openai:   `prompt_cache_key` = session id (OpenAI routes requests with one key together).
 - generic:  nothing.
 
-A value the client set itself wins (its own routing scheme), except `cache_salt`: there the
-client's salt is folded into the tenant's, so tenant isolation holds whatever the client sends.
+The session is the one the router keys on (proxy.upstream.routing). A value the client set itself
+wins (its own routing scheme), except `cache_salt`: there the client's salt is folded into the
+tenant's, so tenant isolation holds whatever the client sends.
 """
 
 from __future__ import annotations
