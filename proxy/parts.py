@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,13 +25,14 @@ from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.settling import Settling
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
-from proxy.storage.base import IndexKey, RecordStore, Selector, StoreUnavailable
+from proxy.storage.backends import BACKENDS, Backend, Store
+from proxy.storage.backends import open_store as open_backend
+from proxy.storage.base import IndexKey, Selector, StoreUnavailable
 from proxy.storage.feed import ChangeFeed, FeedCheckpoint
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import keys_path, load_keys, save_keys
-from proxy.storage.redis import RedisStore
-from proxy.storage.redis_versions import BEAT_S, PolicyVersions
-from proxy.storage.sqlite import SqliteStore
+from proxy.storage.redis_versions import BEAT_S
+from proxy.storage.shared import SharedRecordStore, VersionRegister
 from proxy.text.normalize import default_segmenter
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
@@ -54,6 +55,7 @@ class Parts:
     judge: HitJudge
     chat: ChatService
     loaded: int
+    store: Store
     verifier: BatchingVerifier | None = None
 
 
@@ -101,25 +103,23 @@ async def load_backend(s: Settings) -> SyncEmbedder:
     )
 
 
-async def open_store(s: Settings) -> RecordStore:
-    """The record store the settings name; the one place a backend is chosen."""
-    if s.store == "redis":
-        try:
-            return await RedisStore.open(s.redis_url)
-        except StoreUnavailable as exc:
-            raise StoreUnavailable(f"store: redis at {s.redis_url} cannot be reached at start ({exc})") from exc
-    return await SqliteStore.open(s.db_path)
+async def open_store(s: Settings, backends: Mapping[str, Backend] = BACKENDS) -> Store:
+    """The record store the settings name, from the registry of backends (``backends``: tests may
+    add one)."""
+    return await open_backend(s.store, s, backends)
 
 
 def checkpoint_path(s: Settings) -> Path:
     return Path(f"{s.index_snapshot_path}.feed")
 
 
-def resume_point(s: Settings, snapshot: HnswIndex | None, store_id: str, version: str) -> FeedCheckpoint | None:
+def resume_point(
+    s: Settings, snapshot: HnswIndex | None, store_id: str, version: str, *, shared: bool
+) -> FeedCheckpoint | None:
     """The checkpoint saved beside ``snapshot`` at the last shutdown, when the index can go on from
-    it: same store, same policy version, and exactly the snapshot's labels (a snapshot saved
-    without its checkpoint, or the other way round, is caught here)."""
-    if snapshot is None or s.store != "redis":
+    it: a shared store, the same store, the same policy version, and exactly the snapshot's labels
+    (a snapshot saved without its checkpoint, or the other way round, is caught here)."""
+    if snapshot is None or not shared:
         return None
     saved = FeedCheckpoint.read(checkpoint_path(s))
     if saved is None:
@@ -141,25 +141,23 @@ def resume_point(s: Settings, snapshot: HnswIndex | None, store_id: str, version
 
 @contextlib.asynccontextmanager
 async def following(
-    store: RecordStore,
+    feed: ChangeFeed | None,
     cache: SemanticCache,
     *,
     snapshot: HnswIndex | None,
     resume: FeedCheckpoint | None,
-    metrics: Metrics,
     saved_keys: dict[int, IndexKey] | None = None,
-) -> AsyncIterator[tuple[ChangeFeed | None, int]]:
-    """The index loaded (how many records it holds) and, for a store other replicas write to, the
-    change feed that keeps it level until the parts close. Resuming (``cache`` holds the index
-    ``resume`` describes), only the events since are applied; otherwise the feed is positioned
-    before the index reads the records, so nothing written meanwhile is missed.
+) -> AsyncIterator[int]:
+    """The index loaded (how many records it holds) and, for a store other replicas write to (one
+    with a ``feed``), the change feed that keeps it level until the parts close. Resuming (``cache``
+    holds the index ``resume`` describes), only the events since are applied; otherwise the feed is
+    positioned before the index reads the records, so nothing written meanwhile is missed.
 
     ``saved_keys`` serve a store this process alone writes: a shared one's live labels include
     records of policy versions this replica does not serve, and it resumes by its checkpoint."""
-    if not isinstance(store, RedisStore):
-        yield None, await cache.load(snapshot=snapshot, saved_keys=saved_keys)
+    if feed is None:
+        yield await cache.load(snapshot=snapshot, saved_keys=saved_keys)
         return
-    feed = ChangeFeed(store, cache, gauges=metrics)
     if resume is not None:
         feed.resume(resume.store_id, resume.position)
         applied = await feed.catch_up()
@@ -172,7 +170,7 @@ async def following(
         loaded = await cache.load(snapshot=snapshot)
     task = asyncio.create_task(feed.run(), name="change-feed")
     try:
-        yield feed, loaded
+        yield loaded
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -187,7 +185,21 @@ async def _save_checkpoint(feed: ChangeFeed, cache: SemanticCache, version: str,
         log.warning("feed.checkpoint_not_saved", path=str(path), error=str(exc))
 
 
-async def retire_unserved_versions(versions: PolicyVersions, cache: SemanticCache, serving: str) -> int:
+@contextlib.asynccontextmanager
+async def saving_index(
+    s: Settings, cache: SemanticCache, stamp: str, feed: ChangeFeed | None, box: PolicyBox
+) -> AsyncIterator[None]:
+    """At a clean stop, the index snapshot and its keys, then (following a shared store) the feed's
+    checkpoint. Entered before what changes the index, so it saves once they have stopped; after a
+    failure nothing is saved, since a checkpoint of an index that may not reflect it would be
+    trusted at the next start."""
+    yield
+    await _save_snapshot(cache, s.index_snapshot_path, stamp)
+    if feed is not None:
+        await _save_checkpoint(feed, cache, box.policy.version, checkpoint_path(s))
+
+
+async def retire_unserved_versions(versions: VersionRegister, cache: SemanticCache, serving: str) -> int:
     """Stamp ``serving`` as served and retire the records of versions no replica serves any more."""
     retired = 0
     for version in await versions.beat(serving):
@@ -200,31 +212,33 @@ async def retire_unserved_versions(versions: PolicyVersions, cache: SemanticCach
     return retired
 
 
-async def policy_changed(store: RecordStore, cache: SemanticCache, serving: str) -> int:
-    """After a reload to ``serving``: one process per store retires every other version's records;
-    on a shared store the index is rebuilt with the new version's records (which replicas already
-    on it may have written) and only versions no replica serves any more are retired, so the
-    replicas still on the old version keep their answers through a rolling deploy."""
-    if not isinstance(store, RedisStore):
+async def policy_changed(shared: SharedRecordStore | None, cache: SemanticCache, serving: str) -> int:
+    """After a reload to ``serving``: one process per store (``shared`` None) retires every other
+    version's records; on a shared store the index is rebuilt with the new version's records (which
+    replicas already on it may have written) and only versions no replica serves any more are
+    retired, so the replicas still on the old version keep their answers through a rolling deploy."""
+    if shared is None:
         return len(await cache.retire(Selector(other_policy_version=serving)))
     await cache.load()
-    return await retire_unserved_versions(store.versions(), cache, serving)
+    return await retire_unserved_versions(shared.versions(), cache, serving)
 
 
 @contextlib.asynccontextmanager
-async def keeping_versions(store: RecordStore, cache: SemanticCache, box: PolicyBox) -> AsyncIterator[None]:
+async def keeping_versions(
+    shared: SharedRecordStore | None, cache: SemanticCache, box: PolicyBox
+) -> AsyncIterator[None]:
     """Policy versions at start and while running. One process per store: a version that changed
     while the proxy was down invalidates as a reload would. A shared store: this replica indexes
     only its own version's records and retires only versions no replica serves
     (proxy.storage.redis_versions)."""
-    if not isinstance(store, RedisStore):
+    if shared is None:
         stale = await cache.retire(Selector(other_policy_version=box.policy.version))
         if stale:
             log.info("cache.policy_version_invalidated", records=len(stale), version=box.policy.version)
         yield
         return
-    store.follow_policy(lambda: box.policy.version)
-    versions = store.versions()
+    shared.follow_policy(lambda: box.policy.version)
+    versions = shared.versions()
     await retire_unserved_versions(versions, cache, box.policy.version)
 
     async def beat() -> None:
@@ -249,14 +263,14 @@ async def keeping_versions(store: RecordStore, cache: SemanticCache, box: Policy
             await task
 
 
-async def report_vector_search(store: RecordStore, s: Settings, metrics: Metrics) -> None:
+async def report_vector_search(shared: SharedRecordStore | None, s: Settings, metrics: Metrics) -> None:
     """Say at start whether the shared store could search vectors itself; the search stays here."""
-    if not isinstance(store, RedisStore):
+    if shared is None:
         return
     if s.redis_vector_search == "off":
         log.info("store.vector_search", setting="off", probed=False, search="in-process")
         return
-    found = await store.vector_search()
+    found = await shared.vector_search()
     metrics.store_vector_search(found.available)
     log.info(
         "store.vector_search",
@@ -287,16 +301,63 @@ async def load_pair_verifier(s: Settings, policy: Policy) -> Verifier:
     return verifier
 
 
-async def open_verifier(s: Settings, policy: Policy, given: Verifier | None) -> BatchingVerifier | None:
+async def pair_verifier(s: Settings, policy: Policy, given: Verifier | None) -> Verifier | None:
+    """The pair verifier the policy asks for: ``given`` or the shipped one; None when none is asked."""
     if not wants_verifier(s, policy):
         return None
-    verifier = given or await load_pair_verifier(s, policy)
+    return given or await load_pair_verifier(s, policy)
+
+
+def batching_verifier(s: Settings, verifier: Verifier) -> BatchingVerifier:
     return BatchingVerifier(
         verifier,
         max_batch=s.verify_max_batch,
         max_pending=s.verify_max_pending,
         timeout_s=s.verify_timeout_ms / 1000 or None,
     )
+
+
+def batching_embedder(s: Settings, backend: SyncEmbedder) -> BatchingEmbedder:
+    return BatchingEmbedder(
+        backend,
+        max_batch=s.embed_max_batch,
+        max_wait_s=s.embed_max_wait_ms / 1000,
+        max_pending=s.embed_max_pending,
+        timeout_s=s.embed_timeout_ms / 1000,
+    )
+
+
+async def open_cache(
+    stack: contextlib.AsyncExitStack,
+    s: Settings,
+    store: Store,
+    *,
+    dim: int,
+    box: PolicyBox,
+    verifier: BatchingVerifier | None,
+    metrics: Metrics,
+) -> tuple[SemanticCache, int]:
+    """The cache over ``store`` and how many records its index holds: the index from the snapshot
+    (resumed by the feed's checkpoint on a shared store), kept level (versions, feed) and saved at
+    a clean stop by contexts entered into ``stack``, in the order they must close in reverse."""
+    store_id = await store.records.store_id()
+    stamp = f"{s.embedding_model} dim={dim} store={store_id}"
+    snapshot = await asyncio.to_thread(_snapshot, s.index_snapshot_path, dim, stamp)
+    resume = resume_point(s, snapshot, store_id, box.policy.version, shared=store.shared is not None)
+    saved = None
+    if snapshot is not None and store.shared is None:
+        saved = await asyncio.to_thread(_saved_keys, s.index_snapshot_path, stamp)
+    index = snapshot if resume is not None and snapshot is not None else HnswIndex(dim)
+    cache = SemanticCache(store.records, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifier)
+    for label, key in (resume.keys if resume is not None else {}).items():
+        cache.pools.add(label, key)
+    feed = None if store.shared is None else ChangeFeed(store.shared, cache, gauges=metrics)
+    await stack.enter_async_context(saving_index(s, cache, stamp, feed, box))  # after the two below stop
+    await stack.enter_async_context(keeping_versions(store.shared, cache, box))
+    loaded = await stack.enter_async_context(
+        following(feed, cache, snapshot=None if resume else snapshot, resume=resume, saved_keys=saved)
+    )
+    return cache, loaded
 
 
 @contextlib.asynccontextmanager
@@ -308,50 +369,34 @@ async def open_parts(
     backend: SyncEmbedder | None = None,
     policy: Policy | None = None,
     verifier: Verifier | None = None,
+    backends: Mapping[str, Backend] = BACKENDS,
 ) -> AsyncIterator[Parts]:
     """``verifier``: the pair verifier to use instead of loading the shipped one (tests, benchmarks);
-    either is used only when an intent of the policy sets verify_accept and ``s.verify`` is on."""
+    either is used only when an intent of the policy sets verify_accept and ``s.verify`` is on.
+
+    Shutdown is one exit stack: each resource enters it as it opens and they close in reverse, so
+    the bookkeeping after replies ends first, the feed and the version beat stop, the index is
+    saved, the prewarmer closes before the upstream client it uses, and the store closes last."""
     backend = backend or await load_backend(s)
-    embedder = BatchingEmbedder(
-        backend,
-        max_batch=s.embed_max_batch,
-        max_wait_s=s.embed_max_wait_ms / 1000,
-        max_pending=s.embed_max_pending,
-        timeout_s=s.embed_timeout_ms / 1000,
-    )
     policy = policy or load_policy_for(s)
-    verifying = await open_verifier(s, policy, verifier)
-    store = await open_store(s)
-    try:
-        await store.claim_embedding(s.embedding_model, backend.dim)
-    except BaseException:
-        await store.close()
-        raise
-    upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
-    prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
-    settling = Settling()
-    stack = contextlib.AsyncExitStack()
-    try:
+    pair = await pair_verifier(s, policy, verifier)
+    async with contextlib.AsyncExitStack() as stack:
+        store = await open_store(s, backends)
+        stack.push_async_callback(store.records.close)
+        await store.records.claim_embedding(s.embedding_model, backend.dim)
+        verifying = None if pair is None else batching_verifier(s, pair)
+        if verifying is not None:
+            stack.push_async_callback(verifying.close)
+        embedder = batching_embedder(s, backend)
+        stack.push_async_callback(embedder.close)
+        upstream = Upstream(upstream_url, timeout=s.upstream_timeout, connect_timeout=s.upstream_connect_timeout)
+        stack.push_async_callback(upstream.close)
+        prewarmer = Prewarmer(upstream, concurrency=s.prewarm_concurrency)
+        stack.push_async_callback(prewarmer.close)  # its tasks use the upstream client
         classifier = await IntentClassifier.build(policy, embedder)
         box = PolicyBox(policy, classifier)
-        await report_vector_search(store, s, metrics)
-        store_id = await store.store_id()
-        stamp = f"{s.embedding_model} dim={backend.dim} store={store_id}"
-        snapshot = await asyncio.to_thread(_snapshot, s.index_snapshot_path, backend.dim, stamp)
-        resume = resume_point(s, snapshot, store_id, policy.version)
-        saved = None
-        if snapshot is not None and not isinstance(store, RedisStore):
-            saved = await asyncio.to_thread(_saved_keys, s.index_snapshot_path, stamp)
-        index = snapshot if resume is not None and snapshot is not None else HnswIndex(backend.dim)
-        cache = SemanticCache(store, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifying)
-        for label, key in (resume.keys if resume is not None else {}).items():
-            cache.pools.add(label, key)
-        await stack.enter_async_context(keeping_versions(store, cache, box))
-        feed, loaded = await stack.enter_async_context(
-            following(
-                store, cache, snapshot=None if resume else snapshot, resume=resume, metrics=metrics, saved_keys=saved
-            )
-        )
+        await report_vector_search(store.shared, s, metrics)
+        cache, loaded = await open_cache(stack, s, store, dim=backend.dim, box=box, verifier=verifying, metrics=metrics)
         flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens))
@@ -359,6 +404,8 @@ async def open_parts(
         # opens, rather than inside the first request, which every fresh process would pay (the
         # `sign` stage of a fresh proxy's first `chat.request` log line shows the cost)
         await asyncio.to_thread(default_segmenter)
+        settling = Settling()
+        stack.push_async_callback(settling.close)  # first: answers given are kept before the index is saved
         chat = ChatService(
             cache=cache,
             signer=signer,
@@ -380,18 +427,15 @@ async def open_parts(
             route_min_shared_chars=s.route_related_min_chars,
             settling=settling,
         )
-        yield Parts(embedder, cache, signer, box, upstream, judge, chat, loaded, verifying)
-        await settling.close()  # answers given are kept before the index is saved
-        await stack.aclose()  # the feed stops first: the index it changes is saved quiet
-        await _save_snapshot(cache, s.index_snapshot_path, stamp)
-        if feed is not None:
-            await _save_checkpoint(feed, cache, box.policy.version, checkpoint_path(s))
-    finally:
-        await settling.close()  # writes still under way, before anything they use closes
-        await stack.aclose()  # the feed, before the store it reads
-        await prewarmer.close()  # its tasks use the upstream client: cancel them first
-        await upstream.close()
-        await embedder.close()
-        if verifying is not None:
-            await verifying.close()
-        await store.close()
+        yield Parts(
+            embedder=embedder,
+            cache=cache,
+            signer=signer,
+            policy_box=box,
+            upstream=upstream,
+            judge=judge,
+            chat=chat,
+            loaded=loaded,
+            store=store,
+            verifier=verifying,
+        )

@@ -16,6 +16,7 @@ from typing import Any, get_args, get_type_hints
 import yaml
 
 from proxy.errors import ConfigError
+from proxy.storage.backends import BACKENDS
 from proxy.upstream.hints import FLAVOURS
 
 PREFIX = "SMARTCACHE_"  # of the environment variables read as settings
@@ -52,7 +53,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     data_dir: Path = field(default_factory=lambda: Path(".smartcache"))
-    # where records live: "sqlite" (data_dir, one replica) or "redis" (redis_url, shared by replicas)
+    # where records live, a name of proxy/storage/backends.py: "sqlite" (data_dir, one replica) or
+    # "redis" (redis_url, shared by replicas)
     store: str = "sqlite"
     redis_url: str = "redis://127.0.0.1:6379/0"
     # auto: probe the Redis server for vector search (FT.*) at start and report it (log, /metrics);
@@ -183,7 +185,7 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
     checks = [
         ("upstream_flavour", s.upstream_flavour in FLAVOURS, f"one of {', '.join(FLAVOURS)}"),
         ("port", 0 <= s.port <= 65535, "a port number 0-65535"),
-        ("store", s.store in ("sqlite", "redis"), "sqlite or redis"),
+        ("store", s.store in BACKENDS, f"one of {', '.join(BACKENDS)}"),
         ("redis_url", s.redis_url.startswith(("redis://", "rediss://", "unix://")), "a redis:// URL"),
         ("redis_vector_search", s.redis_vector_search in ("auto", "off"), "auto or off"),
         ("race_upstream", s.race_upstream in ("auto", "on", "off"), "auto, on or off"),

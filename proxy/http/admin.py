@@ -279,7 +279,7 @@ async def reload_policy(app: web.Application) -> dict[str, Any]:
     invalidated = 0
     if policy.version != old_version:
         cache = app[keys.CACHE]
-        invalidated = await policy_changed(cache.store, cache, policy.version)
+        invalidated = await policy_changed(app[keys.STORE].shared, cache, policy.version)
     return {"version": policy.version, "previous": old_version, "invalidated": invalidated}
 
 

@@ -111,6 +111,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
         s, upstream_url=app[UPSTREAM_URL], metrics=app[keys.METRICS], backend=app.get(BACKEND)
     ) as parts:
         app[keys.EMBEDDER], app[keys.CACHE], app[keys.UPSTREAM] = parts.embedder, parts.cache, parts.upstream
+        app[keys.STORE] = parts.store
         app[keys.READINESS] = Readiness(parts.upstream)
         app[keys.TENANT_SALT] = await parts.cache.store.tenant_salt(app[keys.TENANT_SALT])  # one across replicas
         app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge

@@ -12,6 +12,7 @@ from proxy.observability.metrics import Metrics
 from proxy.planner import PolicyBox
 from proxy.settings import Settings
 from proxy.signing.signer import ContextSigner
+from proxy.storage.backends import Store
 from proxy.upstream.client import Upstream
 from proxy.upstream.readiness import Readiness
 
@@ -20,6 +21,7 @@ TENANT_SALT = web.AppKey("tenant_salt", str)
 METRICS = web.AppKey("metrics", Metrics)
 EMBEDDER = web.AppKey("embedder", BatchingEmbedder)
 CACHE = web.AppKey("cache", SemanticCache)
+STORE = web.AppKey("store", Store)  # the cache's store, with its shared face where replicas share it
 SIGNER = web.AppKey("signer", ContextSigner)
 POLICY_BOX = web.AppKey("policy_box", PolicyBox)
 UPSTREAM = web.AppKey("upstream", Upstream)
