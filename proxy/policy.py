@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +23,7 @@ import yaml
 from proxy.errors import ConfigError
 from proxy.model import SCOPES, Scope
 from proxy.policy_values import CONVERTERS, BadValue, Check, describe, type_name
+from proxy.policy_yaml import strict_yaml, yaml_reason
 
 GENERAL = "general"
 
@@ -145,29 +146,6 @@ class Policy:
         return self.intents.get(name) or self.intents[GENERAL]
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a repeated key instead of silently keeping the last one: a second
-    ``travel:`` block must not quietly replace the first in a risk policy."""
-
-
-def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Hashable] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, Hashable):
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}; each key may appear once", key_node.start_mark
-                )
-            seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
 def load_policy(path: Path) -> Policy:
     source = str(path)
     try:
@@ -175,9 +153,9 @@ def load_policy(path: Path) -> Policy:
     except OSError as exc:
         raise PolicyError(source, "(file)", f"cannot read: {exc.strerror or exc}") from exc
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+        data = strict_yaml(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(source, "(yaml)", f"not valid YAML: {_yaml_reason(exc)}") from exc
+        raise PolicyError(source, "(yaml)", f"not valid YAML: {yaml_reason(exc)}") from exc
     if not isinstance(data, Mapping):
         raise PolicyError(
             source, "(top level)", f"expected a mapping with version, defaults and intents, got {type_name(data)}"
@@ -396,9 +374,3 @@ def _section(data: Mapping[str, Any], key: str, source: str, *, required: bool) 
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import proxy.parts as parts_module
+import proxy.indexing
 from proxy.embedding.backends import Matrix, l2_normalise
+from proxy.indexing import checkpoint_path
 from proxy.observability.metrics import Metrics
-from proxy.parts import NOWHERE, checkpoint_path, open_parts
+from proxy.parts import NOWHERE, open_parts
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.settling import Settling
@@ -144,8 +145,8 @@ async def test_shutdown_is_one_ordered_sequence(tmp_path: Path, store: str, monk
 
         monkeypatch.setattr(owner, name, call)
 
-    noting(parts_module, "_save_snapshot", "index saved")
-    noting(parts_module, "_save_checkpoint", "checkpoint saved")
+    noting(proxy.indexing, "_save_snapshot", "index saved")
+    noting(proxy.indexing, "_save_checkpoint", "checkpoint saved")
     noting(Settling, "close", "settled")
     noting(Prewarmer, "close", "prewarmer closed")
     noting(Upstream, "close", "upstream closed")
@@ -169,7 +170,7 @@ async def test_a_failed_start_closes_what_opened_and_saves_nothing(
         await real_close(self)
 
     monkeypatch.setattr(SqliteStore, "close", close)
-    monkeypatch.setattr(parts_module.asyncio, "to_thread", _failing_segmenter(parts_module.asyncio.to_thread))
+    monkeypatch.setattr(asyncio, "to_thread", _failing_segmenter(asyncio.to_thread))
     s = settings(tmp_path, "sqlite")
     with pytest.raises(RuntimeError, match="no segmenter"):
         async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=HashEmbedder()):

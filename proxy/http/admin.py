@@ -22,8 +22,9 @@ from proxy.errors import InvalidRequest, NotFound, Unauthorized
 from proxy.feedback import THUMBS, thumb
 from proxy.http import keys
 from proxy.identity import ANONYMOUS, caller_tenant, tenant_of
+from proxy.indexing import policy_changed
 from proxy.model import RecordState
-from proxy.parts import load_policy_for, policy_changed
+from proxy.parts import load_policy_for
 from proxy.policy import PolicyError
 from proxy.signing.intent import IntentClassifier
 from proxy.storage.base import Selector

@@ -4,8 +4,9 @@ invalidation history through one Redis 7 server (no modules needed).
 Records are hashes; sorted sets and sets index them by state, time, tenant, session and intent
 (see ``redis_lua``); every change of a record's life (insert, state change, delete) is one Lua
 script, atomic on the server, that also appends an event to a stream. Each replica keeps its own
-HNSW index and applies that stream (``proxy.storage.feed``). Redis errors leave this module as
-``StoreUnavailable``: the proxy then forwards uncached instead of failing.
+HNSW index and applies that stream (``proxy.storage.feed``, reading it through ``redis_stream``).
+Redis errors leave this module as ``StoreUnavailable``: the proxy then forwards uncached instead
+of failing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -31,7 +31,6 @@ from proxy.storage.redis_codec import (
     META,
     Changes,
     ErrorTypes,
-    Event,
     StreamPosition,
     as_labels,
     decode,
@@ -43,6 +42,7 @@ from proxy.storage.redis_codec import (
 )
 from proxy.storage.redis_codec import unavailable as _unavailable
 from proxy.storage.redis_probe import PROBE, SEARCH_COMMANDS, VectorSearch
+from proxy.storage.redis_stream import EventStream
 from proxy.storage.redis_versions import GRACE_S, PolicyVersions
 
 BATCH = 500  # records per pipeline or script call
@@ -67,6 +67,7 @@ class RedisStore:
         self._purge_last = client.register_script(redis_lua.PURGE_SESSION_LAST)
         self._probe = client.register_script(PROBE)
         self._serving: Callable[[], str] | None = None
+        self._stream = EventStream(client, self._k("events"))
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = "sc:", timeout: float = 2.0) -> RedisStore:
@@ -375,45 +376,10 @@ class RedisStore:
         with _unavailable():
             return int(await self._r.get(self._k("bytes")) or 0)
 
-    async def _read(self, after: StreamPosition, count: int) -> Changes:
-        """One atomic look: the stream's counters and the events after ``after``, in one MULTI, so
-        no trim can fall between them. Trimming leaves no trace of the ids it dropped, only of how
-        many (entries added minus entries kept): past the reader's own count, it missed one."""
-        key = self._k("events")
-        with _unavailable():
-            pipe = self._r.pipeline(transaction=True)
-            pipe.xinfo_stream(key)
-            pipe.xread({key: after.id}, count=count)
-            info, got = await pipe.execute(raise_on_error=False)
-        if isinstance(info, Exception):  # no stream yet: nothing was ever written
-            return Changes((), after, trimmed=False)
-        head = StreamPosition(text(info["last-generated-id"]), int(info["entries-added"]))
-        if int(info["entries-added"]) - int(info["length"]) > after.seq:
-            return Changes((), after, trimmed=True, head=head)
-        events = [
-            Event(raw_id.decode(), text(fields.get(b"op")), int(fields[b"label"]), text(fields.get(b"state")))
-            for _, entries in got or []
-            for raw_id, fields in entries
-        ]
-        if not events:
-            return Changes((), after, trimmed=False, head=head)
-        return Changes(tuple(events), StreamPosition(events[-1].id, after.seq + len(events)), False, head)
-
     async def stream_position(self) -> StreamPosition:
         """Where the stream stands: a replica that has read every record applies it from here."""
-        with _unavailable():
-            try:
-                info: Any = await self._r.xinfo_stream(self._k("events"))
-            except redis_errors.ResponseError:  # no stream yet
-                return StreamPosition("0-0", 0)
-        return StreamPosition(text(info["last-generated-id"]), int(info["entries-added"]))
+        return await self._stream.position()
 
     async def changes(self, after: StreamPosition, *, block_ms: int = 1000, count: int = 1000) -> Changes:
-        """Events after ``after``, waiting up to ``block_ms`` for the first. ``trimmed`` when the
-        stream has dropped an event after ``after``: the reader missed it and must rebuild."""
-        found = await self._read(after, count)
-        if found.events or found.trimmed or block_ms <= 0:
-            return found
-        with _unavailable():  # wait for the next event, then read it atomically as above
-            woke = await self._r.xread({self._k("events"): after.id}, count=1, block=block_ms)
-        return await self._read(after, count) if woke else found
+        """Events after ``after``, waiting up to ``block_ms`` for the first (``EventStream.changes``)."""
+        return await self._stream.changes(after, block_ms=block_ms, count=count)

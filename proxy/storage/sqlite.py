@@ -1,4 +1,6 @@
-"""The SQLite record store (aiosqlite, WAL): the embedded default and the one place SQL lives.
+"""The SQLite record store (aiosqlite, WAL): the embedded default. Its SQL (schema, selectors as
+WHERE clauses, row codecs) is ``proxy.storage.sqlite_sql``; this module is the connection and how
+writes take turns on it.
 
 SQLite is the source of truth. A record's integer ``label`` is its row id and its label in
 the vector index, so the index can always be rebuilt from this file.
@@ -8,31 +10,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sqlite3
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
-import orjson
 
 from proxy.lru import LruDict
-from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
-from proxy.storage.base import (
-    INTERNED_ORDER,
-    Count,
-    IndexKey,
-    IndexRow,
-    Ref,
-    Selector,
-    StoreMismatch,
-    StoreUnavailable,
-    Usage,
-)
+from proxy.model import Record, RecordState, SessionLast
+from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
 from proxy.storage.recent import RecentRecords
+from proxy.storage.sqlite_sql import (
+    ANSWER_BYTES,
+    COUNTS,
+    HIT,
+    ID_CHUNK,
+    LIVE,
+    LIVE_IN,
+    RECORD_COLUMNS,
+    SCHEMA,
+    SELECT_RECORDS,
+    SESSION_LAST,
+    SET_SESSION_LAST,
+    USAGE,
+    chunks,
+    index_columns,
+    index_row,
+    marks,
+    record_of,
+    record_row,
+    session_last_row,
+    stamped,
+    where_clause,
+)
 
 __all__ = ["SqliteStore", "StoreMismatch"]
 
@@ -46,148 +58,8 @@ def _no_room(exc: sqlite3.OperationalError) -> bool:
 
 
 T = TypeVar("T")
-
-# what the vector index and its filter need of a record (see IndexRow): its label, its vector and
-# its key's fields in IndexKey.interned's order (the answer's size is computed, not stored)
-INDEX_COLUMNS = (
-    "label",
-    "vector",
-    *("LENGTH(CAST(answer_text AS BLOB))" if f == "answer_bytes" else f for f in INTERNED_ORDER),
-)
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
-ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
 LAST_ANSWERS = 32_768  # sessions whose last answer is kept in memory (``SqliteStore.session_last``)
-
-_JSON_COLUMNS = ("coarse_tags", "key_facts")
-# named, not ``*``: a read then knows its columns without a cursor, in one hop to the SQLite thread
-_RECORD_COLUMNS = tuple(f.name for f in dataclasses.fields(Record))
-_SELECT_RECORDS = "SELECT " + ", ".join(_RECORD_COLUMNS)
-# selector fields that are one column compared for equality
-_EQUAL = (
-    "tenant",
-    "session",
-    "user",
-    "namespace",
-    "model",
-    "system_prompt_version",
-    "policy_version",
-    "intent",
-    "context_fingerprint",
-    "request_hash",
-)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-  label INTEGER PRIMARY KEY AUTOINCREMENT,
-  cache_id TEXT UNIQUE NOT NULL,
-  tenant TEXT NOT NULL, user TEXT, scope TEXT NOT NULL, session TEXT NOT NULL, namespace TEXT NOT NULL,
-  context_fingerprint TEXT NOT NULL, intent TEXT NOT NULL, coarse_tags TEXT NOT NULL, vector BLOB NOT NULL,
-  qvector BLOB NOT NULL,
-  answer_text TEXT NOT NULL, key_facts TEXT NOT NULL, model TEXT NOT NULL,
-  system_prompt_version TEXT NOT NULL, policy_version TEXT NOT NULL, request_hash TEXT NOT NULL,
-  state TEXT NOT NULL, created_at REAL NOT NULL, ready_at REAL NOT NULL, expires_at REAL NOT NULL,
-  hit_count INTEGER NOT NULL DEFAULT 0, last_hit_at REAL NOT NULL DEFAULT 0,
-  feedback_score REAL NOT NULL DEFAULT 1.0, prompt_tokens INTEGER NOT NULL DEFAULT 0,
-  completion_tokens INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS records_session ON records(tenant, session, state);
-CREATE INDEX IF NOT EXISTS records_state ON records(state, ready_at);
-CREATE INDEX IF NOT EXISTS records_fp ON records(context_fingerprint);
-CREATE INDEX IF NOT EXISTS records_request ON records(tenant, session, request_hash);
--- the sweeper's queries, every few seconds: expiry reads only what expired, the gauges only this index
-CREATE INDEX IF NOT EXISTS records_expiry ON records(expires_at);
-CREATE INDEX IF NOT EXISTS records_counts ON records(state, scope, intent);
-CREATE TABLE IF NOT EXISTS session_last (
-  tenant TEXT NOT NULL, session TEXT NOT NULL, cache_id TEXT NOT NULL, served INTEGER NOT NULL,
-  request_hash TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (tenant, session)
-);
-CREATE INDEX IF NOT EXISTS session_last_at ON session_last(at);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-
-def _marks(n: int) -> str:
-    return ", ".join("?" for _ in range(n))
-
-
-def _where(sel: Selector) -> tuple[str, str, list[Any]]:
-    """(table, WHERE clause, parameters) of a selector. Only column names written here reach the
-    SQL text; every value is a parameter."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for name in _EQUAL:
-        value = getattr(sel, name)
-        if value is not None:
-            clauses.append(f"{name} = ?")
-            params.append(value)
-    for column, values in (
-        ("cache_id", sel.cache_ids),
-        ("label", sel.labels),
-        ("state", sel.states),
-        ("scope", sel.scopes),
-    ):
-        if values is not None:
-            clauses.append(f"{column} IN ({_marks(len(values))})" if values else "0")
-            params += [str(v) if column == "state" else v for v in values]
-    for column, op, value in (
-        ("policy_version", "!=", sel.other_policy_version),
-        ("expires_at", "<=", sel.expired_before),
-        ("created_at", "<=", sel.created_before),
-        ("ready_at", "<=", sel.ready_before),
-    ):
-        if value is not None:
-            clauses.append(f"{column} {op} ?")
-            params.append(value)
-    # the sweeper's expiry scan by its index by name: without statistics SQLite would pick the
-    # state index, i.e. read every live record each sweep
-    by_expiry = sel.expired_before is not None and sel.cache_ids is None and sel.labels is None
-    table = "records INDEXED BY records_expiry" if by_expiry else "records"
-    return table, " AND ".join(clauses) or "1", params
-
-
-def _chunks(sel: Selector) -> Iterator[Selector]:
-    """A selector naming many ids, as several naming at most ``ID_CHUNK`` each."""
-    if sel.cache_ids is not None and len(sel.cache_ids) > ID_CHUNK:
-        for i in range(0, len(sel.cache_ids), ID_CHUNK):
-            yield from _chunks(dataclasses.replace(sel, cache_ids=sel.cache_ids[i : i + ID_CHUNK]))
-    elif sel.labels is not None and len(sel.labels) > ID_CHUNK:
-        for i in range(0, len(sel.labels), ID_CHUNK):
-            yield dataclasses.replace(sel, labels=sel.labels[i : i + ID_CHUNK])
-    else:
-        yield sel
-
-
-_HIT = "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?"
-_SET_SESSION_LAST = (
-    "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
-    "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at"
-)
-
-
-def _stamped(last: SessionLast) -> SessionLast:
-    """``last`` with the time it is written at, when it came without one."""
-    return last if last.at else dataclasses.replace(last, at=time.time())
-
-
-def _session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any, ...]:
-    return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at)
-
-
-def _record(row: Sequence[Any], names: Sequence[str]) -> Record:
-    values = dict(zip(names, row, strict=True))
-    for key in _JSON_COLUMNS:
-        values[key] = orjson.loads(values[key])
-    return Record(**values)
-
-
-def _index_columns(vectors: bool) -> tuple[str, ...]:
-    return INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
-
-
-def _index_row(row: Sequence[Any]) -> IndexRow:
-    label, vector, answer_bytes, *fields = row
-    return IndexRow(int(label), None if vector is None else bytes(vector), IndexKey.interned(answer_bytes, *fields))
 
 
 class SqliteStore:
@@ -221,7 +93,7 @@ class SqliteStore:
         await conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         # a deleted answer is overwritten, not left in a free page (a purged tenant's especially)
         await conn.execute("PRAGMA secure_delete=ON")
-        await conn.executescript(_SCHEMA)
+        await conn.executescript(SCHEMA)
         await conn.commit()
         return cls(conn, path)
 
@@ -323,18 +195,12 @@ class SqliteStore:
         )
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Record]:
-        """``sql`` selects ``_SELECT_RECORDS``'s columns."""
-        return [_record(r, _RECORD_COLUMNS) for r in await self._db.execute_fetchall(sql, params)]
+        """``sql`` selects ``SELECT_RECORDS``'s columns."""
+        return [record_of(r, RECORD_COLUMNS) for r in await self._db.execute_fetchall(sql, params)]
 
     async def insert(self, record: Record) -> int:
-        # shallow: asdict deep-copies the vectors, the answer and the tags only to have them encoded
-        # below, on every write
-        values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "label"}
-        for key in _JSON_COLUMNS:
-            values[key] = orjson.dumps(values[key]).decode()
-        values["state"] = str(values["state"])
-        values["scope"] = str(values["scope"])
-        sql = f"INSERT INTO records ({', '.join(values)}) VALUES ({_marks(len(values))})"
+        values = record_row(record)
+        sql = f"INSERT INTO records ({', '.join(values)}) VALUES ({marks(len(values))})"
 
         def insert(conn: sqlite3.Connection) -> int:
             label = conn.execute(sql, list(values.values())).lastrowid
@@ -346,11 +212,11 @@ class SqliteStore:
         # kept as a read of the row would return it: the session's next turn reads it as a
         # candidate, most often before anything changes it
         row = {**values, "label": label}
-        self._recent.keep([_record([row[c] for c in _RECORD_COLUMNS], _RECORD_COLUMNS)], since)
+        self._recent.keep([record_of([row[c] for c in RECORD_COLUMNS], RECORD_COLUMNS)], since)
         return label
 
     async def get(self, cache_id: str) -> Record | None:
-        rows = await self._fetch(f"{_SELECT_RECORDS} FROM records WHERE cache_id = ?", (cache_id,))
+        rows = await self._fetch(f"{SELECT_RECORDS} FROM records WHERE cache_id = ?", (cache_id,))
         return rows[0] if rows else None
 
     async def get_many(self, labels: Sequence[int]) -> list[Record]:
@@ -366,10 +232,10 @@ class SqliteStore:
 
     async def find(self, selector: Selector, *, limit: int | None = None) -> list[Record]:
         out: list[Record] = []
-        for sel in _chunks(selector):
-            table, where, params = _where(sel)
+        for sel in chunks(selector):
+            table, where, params = where_clause(sel)
             tail = "" if limit is None else f" LIMIT {int(limit)}"
-            out += await self._fetch(f"{_SELECT_RECORDS} FROM {table} WHERE {where} ORDER BY label DESC{tail}", params)
+            out += await self._fetch(f"{SELECT_RECORDS} FROM {table} WHERE {where} ORDER BY label DESC{tail}", params)
         out.sort(key=lambda r: -(r.label or 0))
         return out if limit is None else out[:limit]
 
@@ -379,8 +245,8 @@ class SqliteStore:
 
     async def refs(self, selector: Selector) -> list[Ref]:
         out: list[Ref] = []
-        for sel in _chunks(selector):
-            table, where, params = _where(sel)
+        for sel in chunks(selector):
+            table, where, params = where_clause(sel)
             out += await self._refs(f"SELECT label, cache_id FROM {table} WHERE {where}", params)
         return out
 
@@ -388,8 +254,8 @@ class SqliteStore:
         out: list[Ref] = []
         self._recent.changing()
         async with self._writing():
-            for sel in _chunks(selector):
-                table, where, params = _where(sel)
+            for sel in chunks(selector):
+                table, where, params = where_clause(sel)
                 out += await self._refs(
                     f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
                 )
@@ -403,8 +269,8 @@ class SqliteStore:
         out: list[Ref] = []
         self._recent.changing()
         async with self._writing():
-            for sel in _chunks(selector):
-                table, where, params = _where(sel)
+            for sel in chunks(selector):
+                table, where, params = where_clause(sel)
                 out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
         self._recent.forget(ref.label for ref in out)
         if out:
@@ -413,11 +279,11 @@ class SqliteStore:
         return out
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
-        last = _stamped(last)
+        last = stamped(last)
 
         def served(conn: sqlite3.Connection) -> None:
-            conn.execute(_HIT, (now, cache_id))
-            conn.execute(_SET_SESSION_LAST, _session_last_row(tenant, session, last))
+            conn.execute(HIT, (now, cache_id))
+            conn.execute(SET_SESSION_LAST, session_last_row(tenant, session, last))
 
         await self._at_once(served)
         self._lasts.put((tenant, session), (last,))
@@ -436,9 +302,9 @@ class SqliteStore:
         return float(rows[0][0]) if rows else None
 
     async def set_session_last(self, tenant: str, session: str, last: SessionLast) -> None:
-        last = _stamped(last)
-        row = _session_last_row(tenant, session, last)
-        await self._at_once(lambda conn: conn.execute(_SET_SESSION_LAST, row).close())
+        last = stamped(last)
+        row = session_last_row(tenant, session, last)
+        await self._at_once(lambda conn: conn.execute(SET_SESSION_LAST, row).close())
         self._lasts.put((tenant, session), (last,))
 
     async def purge_session_last(self, before: float) -> int:
@@ -454,12 +320,7 @@ class SqliteStore:
         until it writes again: a session met lately is answered from memory."""
         if (known := self._lasts.get((tenant, session))) is not None:
             return known[0]
-        rows = list(
-            await self._db.execute_fetchall(
-                "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?",
-                (tenant, session),
-            )
-        )
+        rows = list(await self._db.execute_fetchall(SESSION_LAST, (tenant, session)))
         found = SessionLast(str(rows[0][0]), bool(rows[0][1]), str(rows[0][2]), float(rows[0][3])) if rows else None
         if (known := self._lasts.get((tenant, session))) is not None:
             return known[0]  # written while this read was off the loop: newer than the row it read
@@ -467,48 +328,41 @@ class SqliteStore:
         return found
 
     async def iter_live(self) -> AsyncIterator[Record]:
-        async with self._db.execute(
-            f"SELECT * FROM records WHERE state IN ({_marks(len(LIVE_STATES))}) ORDER BY label",
-            [str(s) for s in LIVE_STATES],
-        ) as cur:
+        async with self._db.execute(f"SELECT * FROM records WHERE {LIVE_IN} ORDER BY label", LIVE) as cur:
             names = [d[0] for d in cur.description]
             # batched: iterating an aiosqlite cursor row by row costs one thread hop per row
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
-                    yield _record(row, names)
+                    yield record_of(row, names)
 
     async def iter_index_rows(self, *, vectors: bool = True) -> AsyncIterator[IndexRow]:
-        columns = _index_columns(vectors)
+        columns = index_columns(vectors)
         # a scan in the table's own (label) order: by records_state the planner fetches each row by
         # a lookup of its own and sorts them all again (bench_store.py --records 1000000 times the start)
         async with self._db.execute(
-            f"SELECT {', '.join(columns)} FROM records NOT INDEXED WHERE state IN ({_marks(len(LIVE_STATES))}) "
-            "ORDER BY label",
-            [str(s) for s in LIVE_STATES],
+            f"SELECT {', '.join(columns)} FROM records NOT INDEXED WHERE {LIVE_IN} ORDER BY label",
+            LIVE,
         ) as cur:
             while rows := await cur.fetchmany(FETCH_BATCH):
                 for row in rows:
-                    yield _index_row(row)
+                    yield index_row(row)
 
     async def live_labels(self) -> list[int]:
         # records_state covers it: the table itself is not read
-        async with self._db.execute(
-            f"SELECT label FROM records WHERE state IN ({_marks(len(LIVE_STATES))})", [str(s) for s in LIVE_STATES]
-        ) as cur:
+        async with self._db.execute(f"SELECT label FROM records WHERE {LIVE_IN}", LIVE) as cur:
             return [label for (label,) in await cur.fetchall()]
 
     async def index_rows(self, labels: Sequence[int], *, vectors: bool = True) -> list[IndexRow]:
-        columns = _index_columns(vectors)
-        live = [str(s) for s in LIVE_STATES]
+        columns = index_columns(vectors)
         out: list[IndexRow] = []
         for start in range(0, len(labels), ID_CHUNK):
             chunk = list(labels[start : start + ID_CHUNK])
             async with self._db.execute(
-                f"SELECT {', '.join(columns)} FROM records WHERE label IN ({_marks(len(chunk))}) "
-                f"AND state IN ({_marks(len(live))}) ORDER BY label",
-                [*chunk, *live],
+                f"SELECT {', '.join(columns)} FROM records WHERE label IN ({marks(len(chunk))}) "
+                f"AND {LIVE_IN} ORDER BY label",
+                [*chunk, *LIVE],
             ) as cur:
-                out += map(_index_row, await cur.fetchall())
+                out += map(index_row, await cur.fetchall())
         return out
 
     async def vectors_of(self, labels: Sequence[int]) -> list[tuple[int, bytes]]:
@@ -516,29 +370,18 @@ class SqliteStore:
         for start in range(0, len(labels), FETCH_BATCH):
             chunk = list(labels[start : start + FETCH_BATCH])
             async with self._db.execute(
-                f"SELECT label, vector FROM records WHERE label IN ({_marks(len(chunk))}) ORDER BY label", chunk
+                f"SELECT label, vector FROM records WHERE label IN ({marks(len(chunk))}) ORDER BY label", chunk
             ) as cur:
                 out += [(int(a), bytes(b)) for a, b in await cur.fetchall()]
         return out
 
     async def counts(self) -> list[Count]:
-        async with self._db.execute(
-            "SELECT state, scope, intent, COUNT(*) FROM records GROUP BY state, scope, intent"
-        ) as cur:
+        async with self._db.execute(COUNTS) as cur:
             return [Count(str(a), str(b), str(c), int(n)) for a, b, c, n in await cur.fetchall()]
 
     async def usage(self) -> list[Usage]:
-        async with self._db.execute(
-            "SELECT label, cache_id, MAX(last_hit_at, created_at), hit_count, LENGTH(CAST(answer_text AS BLOB)) "
-            f"FROM records WHERE state IN ({_marks(len(LIVE_STATES))})",
-            [str(s) for s in LIVE_STATES],
-        ) as cur:
+        async with self._db.execute(USAGE, LIVE) as cur:
             return [Usage(int(a), str(b), float(c), int(d), int(e)) for a, b, c, d, e in await cur.fetchall()]
 
     async def answer_bytes(self) -> int:
-        total = await self._one(
-            "SELECT COALESCE(SUM(LENGTH(CAST(answer_text AS BLOB))), 0) FROM records "
-            f"WHERE state IN ({_marks(len(LIVE_STATES))})",
-            [str(s) for s in LIVE_STATES],
-        )
-        return int(total or 0)
+        return int(await self._one(ANSWER_BYTES, LIVE) or 0)

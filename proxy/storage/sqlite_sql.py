@@ -1,0 +1,181 @@
+"""The SQL of the SQLite store (``proxy.storage.sqlite``): its schema, a ``Selector`` as a WHERE
+clause, and rows to records and back; no connection (the store owns it).
+
+Only column names written here reach the SQL text; every value is a parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.model import LIVE_STATES, Record, SessionLast
+from proxy.storage.base import INTERNED_ORDER, IndexKey, IndexRow, Selector
+
+# what the vector index and its filter need of a record (see IndexRow): its label, its vector and
+# its key's fields in IndexKey.interned's order (the answer's size is computed, not stored)
+INDEX_COLUMNS = (
+    "label",
+    "vector",
+    *("LENGTH(CAST(answer_text AS BLOB))" if f == "answer_bytes" else f for f in INTERNED_ORDER),
+)
+ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
+
+JSON_COLUMNS = ("coarse_tags", "key_facts")
+# named, not ``*``: a read then knows its columns without a cursor, in one hop to the SQLite thread
+RECORD_COLUMNS = tuple(f.name for f in dataclasses.fields(Record))
+SELECT_RECORDS = "SELECT " + ", ".join(RECORD_COLUMNS)
+# selector fields that are one column compared for equality
+EQUAL = (
+    "tenant",
+    "session",
+    "user",
+    "namespace",
+    "model",
+    "system_prompt_version",
+    "policy_version",
+    "intent",
+    "context_fingerprint",
+    "request_hash",
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+  label INTEGER PRIMARY KEY AUTOINCREMENT,
+  cache_id TEXT UNIQUE NOT NULL,
+  tenant TEXT NOT NULL, user TEXT, scope TEXT NOT NULL, session TEXT NOT NULL, namespace TEXT NOT NULL,
+  context_fingerprint TEXT NOT NULL, intent TEXT NOT NULL, coarse_tags TEXT NOT NULL, vector BLOB NOT NULL,
+  qvector BLOB NOT NULL,
+  answer_text TEXT NOT NULL, key_facts TEXT NOT NULL, model TEXT NOT NULL,
+  system_prompt_version TEXT NOT NULL, policy_version TEXT NOT NULL, request_hash TEXT NOT NULL,
+  state TEXT NOT NULL, created_at REAL NOT NULL, ready_at REAL NOT NULL, expires_at REAL NOT NULL,
+  hit_count INTEGER NOT NULL DEFAULT 0, last_hit_at REAL NOT NULL DEFAULT 0,
+  feedback_score REAL NOT NULL DEFAULT 1.0, prompt_tokens INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS records_session ON records(tenant, session, state);
+CREATE INDEX IF NOT EXISTS records_state ON records(state, ready_at);
+CREATE INDEX IF NOT EXISTS records_fp ON records(context_fingerprint);
+CREATE INDEX IF NOT EXISTS records_request ON records(tenant, session, request_hash);
+-- the sweeper's queries, every few seconds: expiry reads only what expired, the gauges only this index
+CREATE INDEX IF NOT EXISTS records_expiry ON records(expires_at);
+CREATE INDEX IF NOT EXISTS records_counts ON records(state, scope, intent);
+CREATE TABLE IF NOT EXISTS session_last (
+  tenant TEXT NOT NULL, session TEXT NOT NULL, cache_id TEXT NOT NULL, served INTEGER NOT NULL,
+  request_hash TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (tenant, session)
+);
+CREATE INDEX IF NOT EXISTS session_last_at ON session_last(at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def marks(n: int) -> str:
+    return ", ".join("?" for _ in range(n))
+
+
+def where_clause(sel: Selector) -> tuple[str, str, list[Any]]:
+    """(table, WHERE clause, parameters) of a selector. Only column names written here reach the
+    SQL text; every value is a parameter."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name in EQUAL:
+        value = getattr(sel, name)
+        if value is not None:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    for column, values in (
+        ("cache_id", sel.cache_ids),
+        ("label", sel.labels),
+        ("state", sel.states),
+        ("scope", sel.scopes),
+    ):
+        if values is not None:
+            clauses.append(f"{column} IN ({marks(len(values))})" if values else "0")
+            params += [str(v) if column == "state" else v for v in values]
+    for column, op, value in (
+        ("policy_version", "!=", sel.other_policy_version),
+        ("expires_at", "<=", sel.expired_before),
+        ("created_at", "<=", sel.created_before),
+        ("ready_at", "<=", sel.ready_before),
+    ):
+        if value is not None:
+            clauses.append(f"{column} {op} ?")
+            params.append(value)
+    # the sweeper's expiry scan by its index by name: without statistics SQLite would pick the
+    # state index, i.e. read every live record each sweep
+    by_expiry = sel.expired_before is not None and sel.cache_ids is None and sel.labels is None
+    table = "records INDEXED BY records_expiry" if by_expiry else "records"
+    return table, " AND ".join(clauses) or "1", params
+
+
+def chunks(sel: Selector) -> Iterator[Selector]:
+    """A selector naming many ids, as several naming at most ``ID_CHUNK`` each."""
+    if sel.cache_ids is not None and len(sel.cache_ids) > ID_CHUNK:
+        for i in range(0, len(sel.cache_ids), ID_CHUNK):
+            yield from chunks(dataclasses.replace(sel, cache_ids=sel.cache_ids[i : i + ID_CHUNK]))
+    elif sel.labels is not None and len(sel.labels) > ID_CHUNK:
+        for i in range(0, len(sel.labels), ID_CHUNK):
+            yield dataclasses.replace(sel, labels=sel.labels[i : i + ID_CHUNK])
+    else:
+        yield sel
+
+
+HIT = "UPDATE records SET hit_count = hit_count + 1, last_hit_at = ? WHERE cache_id = ?"
+SET_SESSION_LAST = (
+    "INSERT INTO session_last (tenant, session, cache_id, served, request_hash, at) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, session) DO UPDATE SET cache_id = excluded.cache_id, "
+    "served = excluded.served, request_hash = excluded.request_hash, at = excluded.at"
+)
+
+
+def stamped(last: SessionLast) -> SessionLast:
+    """``last`` with the time it is written at, when it came without one."""
+    return last if last.at else dataclasses.replace(last, at=time.time())
+
+
+def session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any, ...]:
+    return (tenant, session, last.cache_id, int(last.served), last.request_hash, last.at)
+
+
+def record_of(row: Sequence[Any], names: Sequence[str]) -> Record:
+    values = dict(zip(names, row, strict=True))
+    for key in JSON_COLUMNS:
+        values[key] = orjson.loads(values[key])
+    return Record(**values)
+
+
+def index_columns(vectors: bool) -> tuple[str, ...]:
+    return INDEX_COLUMNS if vectors else tuple("NULL" if c == "vector" else c for c in INDEX_COLUMNS)
+
+
+def index_row(row: Sequence[Any]) -> IndexRow:
+    label, vector, answer_bytes, *fields = row
+    return IndexRow(int(label), None if vector is None else bytes(vector), IndexKey.interned(answer_bytes, *fields))
+
+
+LIVE = tuple(str(s) for s in LIVE_STATES)  # the parameters of LIVE_IN
+LIVE_IN = f"state IN ({marks(len(LIVE))})"  # the clause selecting live records
+SESSION_LAST = "SELECT cache_id, served, request_hash, at FROM session_last WHERE tenant = ? AND session = ?"
+# the sweeper's reads (records_counts, records_state): the gauges and eviction; LIVE their parameters
+COUNTS = "SELECT state, scope, intent, COUNT(*) FROM records GROUP BY state, scope, intent"
+USAGE = (
+    "SELECT label, cache_id, MAX(last_hit_at, created_at), hit_count, LENGTH(CAST(answer_text AS BLOB)) "
+    f"FROM records WHERE {LIVE_IN}"
+)
+ANSWER_BYTES = f"SELECT COALESCE(SUM(LENGTH(CAST(answer_text AS BLOB))), 0) FROM records WHERE {LIVE_IN}"
+
+
+def record_row(record: Record) -> dict[str, Any]:
+    """The columns of a new record (its label is the row id SQLite mints)."""
+    # shallow: asdict deep-copies the vectors, the answer and the tags only to have them encoded
+    # below, on every write
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "label"}
+    for key in JSON_COLUMNS:
+        values[key] = orjson.dumps(values[key]).decode()
+    values["state"] = str(values["state"])
+    values["scope"] = str(values["scope"])
+    return values
