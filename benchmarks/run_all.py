@@ -73,6 +73,7 @@ SCRIPTS = (
     Script("bench_replicas"),
     Script("bench_verifier"),
     Script("bench_domains"),
+    Script("bench_router"),
 )
 
 
@@ -242,6 +243,17 @@ def _domains(r: Mapping[str, Any]) -> str:
     )
 
 
+def _router(r: Mapping[str, Any]) -> str:
+    def share(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    return f"{r['conversations']} conversations x {r['turns']} turns, {r['engines']} engines; " + "; ".join(
+        f"{mode} history reused {share(v['history_reused'])}, p95 {fmt(v['p95_ms'], 0)} ms, "
+        f"{fmt(v['requests_per_s'], 2)} req/s, {v['client_errors']} client errors, {v['retried']} retried"
+        for mode, v in r["modes"].items()
+    )
+
+
 HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "bench_overhead": _overhead,
     "bench_gptcache": _gptcache,
@@ -251,6 +263,7 @@ HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "bench_never_cache": _never_cache,
     "bench_verifier": _verifier,
     "bench_domains": _domains,
+    "bench_router": _router,
 }
 
 
