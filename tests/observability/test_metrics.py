@@ -21,6 +21,7 @@ DOCUMENTED_METRICS = {
     "smartcache_writes": "counter",
     "smartcache_evictions": "counter",
     "smartcache_upstream_errors": "counter",
+    "smartcache_upstream_retries": "counter",
     "smartcache_decisions": "counter",
     "smartcache_feed_lag_events": "gauge",
     "smartcache_feed_lag_seconds": "gauge",
