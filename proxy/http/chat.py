@@ -19,9 +19,10 @@ from aiohttp import web
 from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
 from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
+from proxy.http.attempts import relay_with_retry
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
-from proxy.http.relay import Relayed, relay_json, relay_stream
+from proxy.http.relay import Relayed
 from proxy.identity import Identity
 from proxy.lru import LruDict
 from proxy.model import Reason, Record, Signature, Status
@@ -36,7 +37,6 @@ from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
-from proxy.upstream.retry import retry_reason
 from proxy.upstream.routing import routing_session
 
 __all__ = ["ChatService"]
@@ -315,7 +315,18 @@ class ChatService:
             self.races["relayed"] += 1
         t = time.perf_counter()
         try:
-            relayed = await self._attempts(http, req, who, out, race or self._send(req, who, http, route), route)
+            relayed = await relay_with_retry(
+                self.upstream,
+                http,
+                race or self._send(req, who, http, route),
+                functools.partial(self._send, req, who, http, route),
+                retry=self.retry,
+                stream=req.stream,
+                strip_usage=strips_usage(req),
+                out=out,
+                ours=functools.partial(self._headers, http, out),
+                metrics=self.metrics,
+            )
         except UpstreamError as exc:
             out.upstream_status = exc.status
             if flight is not None:
@@ -332,36 +343,6 @@ class ChatService:
             except ConnectionResetError:
                 out.ending = out.ending or Ending.CLIENT_GONE
         return relayed.response
-
-    async def _attempts(
-        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, call: UpstreamCall, route: str | None
-    ) -> Relayed:
-        """The call relayed, and sent once more with the same routing key where it failed before
-        its first byte reached the client (upstream.retry): a router that lost the replica it chose
-        moves the second attempt to a live one. Bounded to one retry, so a fleet that is down costs
-        a client two attempts, never a storm."""
-        while True:
-            try:
-                return await self._relay(http, req, out, call)
-            except UpstreamError as exc:
-                self.metrics.upstream_error(type(exc).__name__)
-                reason = retry_reason(exc) if self.retry and out.retried is None else None
-                if reason is None:
-                    raise
-                out.retried = reason
-                self.metrics.upstream_retry(reason)
-                call = self._send(req, who, http, route)
-
-    async def _relay(self, http: web.Request, req: ChatRequest, out: Outcome, call: UpstreamCall) -> Relayed:
-        """One attempt. An error raised here came before the client got a byte: once a stream's
-        status line is relayed, what breaks ends it in-band (relay_stream) and is never raised."""
-        ours = functools.partial(self._headers, http, out)
-        if not req.stream:
-            return relay_json(await call.json(), out, ours)
-        async with call.opened() as resp:
-            return await relay_stream(
-                self.upstream, http, resp, strip_usage=strips_usage(req), out=out, ours=ours, metrics=self.metrics
-            )
 
     async def _keep(
         self,

@@ -1,0 +1,67 @@
+"""An upstream call relayed to the client, sent once more where it failed before the client had a
+byte (proxy.upstream.retry): a router that lost the replica it chose moves the second attempt,
+sent with the same routing key, to a live one. Bounded to one retry, so a fleet that is down costs
+a client two attempts, never a storm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from proxy.errors import UpstreamError
+from proxy.http.outcome import Outcome
+from proxy.http.race import UpstreamCall
+from proxy.http.relay import OurHeaders, Relayed, relay_json, relay_stream
+from proxy.observability.metrics import Metrics
+from proxy.upstream.client import Upstream
+from proxy.upstream.retry import retry_reason
+
+
+async def relay_call(
+    upstream: Upstream,
+    http: web.Request,
+    call: UpstreamCall,
+    *,
+    stream: bool,
+    strip_usage: bool,
+    out: Outcome,
+    ours: OurHeaders,
+    metrics: Metrics,
+) -> Relayed:
+    """One attempt. An error raised here came before the client got a byte: once a stream's
+    status line is relayed, what breaks ends it in-band (relay_stream) and is never raised."""
+    if not stream:
+        return relay_json(await call.json(), out, ours)
+    async with call.opened() as resp:
+        return await relay_stream(upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics)
+
+
+async def relay_with_retry(
+    upstream: Upstream,
+    http: web.Request,
+    call: UpstreamCall,
+    again: Callable[[], UpstreamCall],
+    *,
+    retry: bool,
+    stream: bool,
+    strip_usage: bool,
+    out: Outcome,
+    ours: OurHeaders,
+    metrics: Metrics,
+) -> Relayed:
+    """``call`` relayed; ``again`` sends the same request once more (with the same routing key)
+    where ``retry`` allows it and the failure is worth it. Says why in ``out.retried``."""
+    while True:
+        try:
+            return await relay_call(
+                upstream, http, call, stream=stream, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics
+            )
+        except UpstreamError as exc:
+            metrics.upstream_error(type(exc).__name__)
+            reason = retry_reason(exc) if retry and out.retried is None else None
+            if reason is None:
+                raise
+            out.retried = reason
+            metrics.upstream_retry(reason)
+            call = again()
