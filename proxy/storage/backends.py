@@ -38,7 +38,7 @@ class UnknownStore(ConfigError, ValueError):
     """A store name no backend answers to."""
 
 
-class BackendMislabelled(TypeError):
+class BackendMislabelled(ConfigError, TypeError):
     """A backend whose store does not match what it declares (a programming error, found at open)."""
 
 
