@@ -183,6 +183,8 @@ def again(text: str, n: int = 1) -> str:
 
 
 async def record_scopes(stack: Stack, model: str) -> list[str]:
+    # the write-back follows the reply (proxy.settling): read the store once it has landed
+    await stack.proxy.app[keys.CHAT].settling.everything()
     return sorted([r.scope async for r in stack.proxy.app[keys.CACHE].store.iter_live() if r.model == model])
 
 
