@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proxy.decision import decide as decide_module
+from proxy.decision import context as context_module
 from proxy.decision.decide import (
     STAGES,
     DecisionContext,
@@ -542,8 +542,8 @@ def test_one_context_judges_each_candidate_once_around_the_verifier(monkeypatch:
     """The stages that chose what to verify are not run again once the verdicts come back."""
     calls: Counter[str] = Counter()
     for name in ("detect_change", "reordered"):
-        real = getattr(decide_module, name)
-        monkeypatch.setattr(decide_module, name, _counting(real, name, calls))
+        real = getattr(context_module, name)
+        monkeypatch.setattr(context_module, name, _counting(real, name, calls))
     cands = _near_miss_and_paraphrase()
     ctx = DecisionContext(cands, make_sig(), VERIFYING)
     rounds = verification_rounds(ctx)
