@@ -16,7 +16,7 @@ from proxy.tools.verifier.model import PairHead
 from proxy.tools.verifier.pairs import LabeledPair
 from proxy.tools.verifier.states import CachedStates, encode_pairs, lower_states
 
-__all__ = ["encode_and_cache", "load_head", "logits_of", "train_head"]
+__all__ = ["encode_and_cache", "logits_of", "train_head"]
 
 
 def encode_and_cache(image: Any, pairs: Sequence[LabeledPair], args: argparse.Namespace) -> CachedStates:
@@ -46,20 +46,14 @@ def _batches(states: CachedStates, pool: Sequence[int], batch: int, rng: random.
     yield from groups
 
 
-def load_head(image: Any, args: argparse.Namespace) -> PairHead:
-    """e5's own layers above the cut, or the top layers of ``args.init`` where it is given."""
-    model = PairHead(image, args.cut, args.top_layers)
-    if args.init is not None:  # continue from earlier weights (another epoch at a lower rate)
-        with np.load(args.init / "top.npz") as npz:
-            model.load_state_dict({k: torch.from_numpy(npz[k].astype(np.float32)) for k in npz.files})
-    return model
-
-
 def train_head(
     image: Any, states: CachedStates, pairs: Sequence[LabeledPair], pool: Sequence[int], args: argparse.Namespace
 ) -> PairHead:
     """``pool`` lists row indices per epoch (a row listed twice is read twice)."""
-    model = load_head(image, args)
+    model = PairHead(image, args.cut, args.top_layers)
+    if args.init is not None:  # continue from earlier weights (another epoch at a lower rate)
+        with np.load(args.init / "top.npz") as npz:
+            model.load_state_dict({k: torch.from_numpy(npz[k].astype(np.float32)) for k in npz.files})
     labels = torch.tensor([p.label for p in pairs], dtype=torch.float32)
     params = [
         {"params": model.top.parameters(), "lr": args.lr},
@@ -99,13 +93,12 @@ def train_head(
 
 
 @torch.no_grad()
-def logits_of(model: PairHead, states: CachedStates, rows: Sequence[int] | None = None, batch: int = 64) -> np.ndarray:
-    """Logits of ``rows`` (every row where not given), in that order."""
-    wanted = list(range(len(states.offsets) - 1)) if rows is None else list(rows)
-    order = sorted(range(len(wanted)), key=lambda k: int(states.offsets[wanted[k] + 1] - states.offsets[wanted[k]]))
-    out = np.zeros(len(wanted), dtype=np.float64)
-    for start in range(0, len(order), batch):
-        ks = order[start : start + batch]
-        x, mask = _batch(states, [wanted[k] for k in ks])
-        out[ks] = model(x, mask).numpy()
+def logits_of(model: PairHead, states: CachedStates, batch: int = 64) -> np.ndarray:
+    n = len(states.offsets) - 1
+    order = sorted(range(n), key=lambda i: int(states.offsets[i + 1] - states.offsets[i]))
+    out = np.zeros(n, dtype=np.float64)
+    for start in range(0, n, batch):
+        index = order[start : start + batch]
+        x, mask = _batch(states, index)
+        out[index] = model(x, mask).numpy()
     return out

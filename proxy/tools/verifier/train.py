@@ -17,7 +17,6 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -30,7 +29,6 @@ from proxy.tools.verifier.dataset import (
     sample,
 )
 from proxy.tools.verifier.generated import generate
-from proxy.tools.verifier.hard import HardCut, hard_pool
 from proxy.tools.verifier.metrics import auc, fit_platt, recall_at_precision
 from proxy.tools.verifier.pairs import LabeledPair
 from proxy.verify.graph import base_image, base_path
@@ -77,11 +75,6 @@ def _parser() -> argparse.ArgumentParser:
         default=_bf16_native(),
         help="bfloat16 matmuls: faster where the CPU has them natively (AVX512-BF16, AMX), far slower where "
         "they are emulated; default: on only where /proc/cpuinfo shows them",
-    )
-    p.add_argument(
-        "--hard-pass",
-        action="store_true",
-        help="read, instead of every row, the rows the --init weights rank worst (hard.py) and as many others",
     )
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch", type=int, default=32)
@@ -157,18 +150,6 @@ def _epoch_rows(train: list[LabeledPair], caps: dict[str, int], seed: int) -> li
     return out
 
 
-def _hard_pool(
-    image: Any, states: Any, train: list[LabeledPair], scored: list[int], args: argparse.Namespace
-) -> list[int]:
-    from proxy.tools.verifier.fit import load_head, logits_of
-
-    if args.init is None:
-        raise SystemExit("--hard-pass reads the rows the --init weights rank worst: give --init")
-    logits = logits_of(load_head(image, args).eval(), states, scored)
-    _report("init", [train[i] for i in scored], 1 / (1 + np.exp(-logits)))
-    return hard_pool(train, scored, logits, HardCut(), args.seed)
-
-
 def _report(title: str, pairs: list[LabeledPair], probs: np.ndarray) -> None:
     for source in sorted({p.source for p in pairs}):
         idx = [i for i, p in enumerate(pairs) if p.source == source]
@@ -211,9 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     pool = [
         i for i in _epoch_rows(train, dict(args.epoch_cap), args.seed) for _ in range(REPEAT.get(train[i].source, 1))
     ]
-    if args.hard_pass:
-        pool = _hard_pool(image, train_states, train, sorted(set(pool)), args)
-        print(f"hard pass: {len(pool)} rows read ({time.monotonic() - began:.0f}s)", file=sys.stderr)
     model = train_head(image, train_states, train, pool, args)
     calib_logits = logits_of(model, calib_states)
     y = np.array([p.label for p in calib], dtype=np.int64)
@@ -247,7 +225,6 @@ def main(argv: list[str] | None = None) -> int:
             "caps": _caps(args),
             "epoch_caps": dict(args.epoch_cap),
             "repeat": REPEAT,
-            "hard_pass": args.hard_pass,
             "wall_s": round(time.monotonic() - began),
         },
     }
