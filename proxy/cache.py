@@ -1,4 +1,5 @@
-"""SemanticCache: look up, write back and take feedback, composing index, store and policy.
+"""SemanticCache: look up, write back and take feedback, composing index, store and policy
+(``proxy.reach`` says which records a caller may see and where an answer is written).
 
 Isolation is enforced twice: the index filter only admits labels of the request's allowed
 pools, and every candidate row read from the store is checked again before it can be served.
@@ -24,6 +25,7 @@ from proxy.identity import Identity
 from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
+from proxy.reach import fits_limit, nearest_of_both, repeated, visible, write_scope
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.storage.vectors import Hits, VectorIndex
@@ -78,32 +80,6 @@ class _Rebuild:
 
     added: list[tuple[int, np.ndarray, IndexKey]] = field(default_factory=list)
     forgotten: set[int] = field(default_factory=set)
-
-
-def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
-    """May a record of this scope be served to this caller, searching pools up to ``widen_to``?"""
-    return _within(record, who, min(SCOPE_WIDTH[record.scope], SCOPE_WIDTH[widen_to]))
-
-
-def _within(record: IndexKey | Record, who: Identity, width: int) -> bool:
-    """Is the record in the caller's session, or in a pool of this width around the caller?"""
-    if record.tenant == who.tenant and record.session == who.session:
-        return True
-    if width >= SCOPE_WIDTH["global"]:
-        return True
-    if record.tenant != who.tenant:
-        return False
-    if width >= SCOPE_WIDTH["tenant"]:
-        return True
-    return width >= SCOPE_WIDTH["user"] and who.user is not None and record.user == who.user
-
-
-def _repeated(record: Record, sig: Signature, who: Identity, policy: IntentPolicy) -> bool:
-    """Is the record this very conversation (model, system prompt and every message the same) asked
-    in another session within the intent's ``repeats_widen_to`` (the caller's tenant, or its user)?
-    Its answer was written for exactly what this caller sent, so the pool it went to does not
-    matter; it never crosses tenants."""
-    return record.request_hash == sig.request_hash and _within(record, who, SCOPE_WIDTH[policy.repeats_widen_to])
 
 
 class SemanticCache:
@@ -301,7 +277,7 @@ class SemanticCache:
             r = rows.get(label)
             if r is None or r.expires_at <= now or r.created_at < oldest:
                 continue
-            if not (visible(r, who, policy.widen_to) if at < near else _repeated(r, sig, who, policy)):
+            if not (visible(r, who, policy.widen_to) if at < near else repeated(r, sig, who, policy)):
                 continue
             if not fits_limit(r, request.answer_cap, sig.request_hash):
                 continue
@@ -414,7 +390,7 @@ class SemanticCache:
             cache_id="sc-" + uuid.uuid4().hex[:20],
             tenant=who.tenant,
             user=who.user,
-            scope=_write_scope(policy, sig, request),
+            scope=write_scope(policy, sig, request),
             session=who.session,
             namespace=request.record_namespace,
             context_fingerprint=sig.context_fingerprint,
@@ -474,44 +450,6 @@ class SemanticCache:
         on this conversation, and one user starting over must not take them from everyone."""
         private = None if shared_too else SCOPES[: SCOPES.index("tenant")]
         return len(await self.retire(Selector(tenant=tenant, session=session, scopes=private)))
-
-
-PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
-
-
-def fits_limit(record: Record, cap: int | None, request_hash: str) -> bool:
-    """May the record answer a request limited to ``cap`` tokens? An answer cut at a limit
-    (``cut_at``) is the answer to that very request at that limit alone, never to one allowing
-    more; a whole answer is one for a request with a limit only when it is known to fit in it (the
-    engine would have cut a longer one; a count the upstream did not report fits no limit), and
-    for any request without."""
-    if record.cut_at is not None:
-        return record.cut_at == cap and record.request_hash == request_hash
-    return cap is None or 0 < record.completion_tokens <= cap
-
-
-def nearest_of_both(own: Hits, wider: Hits, k: int) -> Hits:
-    """The ``k`` best of the session's own records and the ``k`` best of the others, each label
-    once. The two are not ranked against each other: a restatement or a rephrasing is judged
-    against the turn it restates, so near neighbours from other sessions must never push the
-    session's own turn out of the candidates."""
-    mine = own[:k]
-    seen = {label for label, _ in mine}
-    return mine + [hit for hit in wider if hit[0] not in seen][:k]
-
-
-def _write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:
-    """The widest pool the answer may be served in. ``widen_to`` when the answer cannot depend on
-    the user's own content: nobody is named, no user turn is pasted text, and the system-prompt
-    version was computed from the prompt itself (one the caller asserted with the
-    x-smartcache-system-version header could name another tenant's prompt and poison its pool).
-    Otherwise ``scope``. Global also needs the intent marked safe, and never holds personal
-    answers: those stop at the tenant."""
-    asserted = sig.system_version_asserted
-    pasted = any(len(m.text) > PASTED_CHARS for m in request.messages if m.role == "user")
-    personal = bool(sig.tags.entities.people) or asserted or pasted
-    scope = policy.scope if personal else policy.widen_to
-    return "tenant" if scope == "global" and (personal or not policy.global_safe) else scope
 
 
 def _with_label(record: Record, label: int) -> Record:

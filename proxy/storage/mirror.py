@@ -139,7 +139,7 @@ class Want:
 
 @dataclass(frozen=True, slots=True)
 class Coded:
-    """A ``Want`` in one index's codes. Its mask is ``cache.visible`` (plus the model, namespace and
+    """A ``Want`` in one index's codes. Its mask is ``reach.visible`` (plus the model, namespace and
     version match) for every record outside the caller's own session: that session is searched
     exactly, every record of it, beside the index."""
 

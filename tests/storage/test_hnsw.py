@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.cache import visible
 from proxy.identity import Identity
+from proxy.reach import visible
 from proxy.storage.base import IndexKey
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import GLOBAL_POOL, Codes, Want
