@@ -8,9 +8,9 @@ Pure, as the decision is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
 
 from proxy.decision.change import ChangeVerdict, detect_change
 from proxy.model import Candidate, Decision, Reason, Signature, Status
@@ -20,6 +20,8 @@ from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
 from proxy.text.normalize import NormalText
 from proxy.verify.sides import REPLY_HEAD_CHARS
+
+T = TypeVar("T")
 
 __all__ = [
     "CONTEXT_REPLY_SIMILARITY",
@@ -84,48 +86,45 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
     return None
 
 
-# what a context derives without the verifier's verdicts: carried to the context that has them
-_BEFORE_VERDICTS = ("ranked", "survivors", "words_restated", "previous_turn", "_alternate_contexts")
-
-
 @dataclass(frozen=True)
 class DecisionContext:
     """What every stage reads: the request, its policy, the candidates and the verifier's
-    probabilities (cache_id -> p). What several stages need is derived once, on first use, and
-    what does not hang on the verdicts is derived once for the whole decision: the context that
-    chose what to verify hands it to the one that reads the verdicts (``with_verdicts``)."""
+    probabilities (cache_id -> p). What several stages need is derived once, on first use, into
+    ``_memo``, which the context that chose what to verify shares with the one that reads the
+    verdicts (``with_verdicts``): what hangs on the verdicts is keyed by the record it judged."""
 
     candidates: Sequence[Candidate]
     sig: Signature
     policy: IntentPolicy
     verdicts: Mapping[str, float] = field(default_factory=dict)
-    # change detection per judged record (best, restated?): the best may move once verdicts come
-    _changes: dict[tuple[str, bool], ChangeVerdict] = field(default_factory=dict, compare=False, repr=False)
-    # the lexical guard per judged record (best, restated by its words?, verified?)
-    _guards: dict[tuple[str, bool, bool], Reason | None] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def with_verdicts(self, verdicts: Mapping[str, float]) -> DecisionContext:
-        """This context with the verifier's verdicts, keeping what it derived without them."""
-        ctx = DecisionContext(self.candidates, self.sig, self.policy, verdicts, self._changes, self._guards)
-        for name in _BEFORE_VERDICTS:
-            if name in self.__dict__:
-                ctx.__dict__[name] = self.__dict__[name]
-        return ctx
+        """This context with the verifier's verdicts, keeping all it derived."""
+        return replace(self, verdicts=verdicts)
 
-    @cached_property
+    def _once(self, key: Hashable, derive: Callable[[], T]) -> T:
+        if key not in self._memo:
+            self._memo[key] = derive()
+        return cast(T, self._memo[key])
+
+    @property
     def ranked(self) -> list[Filtered]:
         """Best first; the record of this very conversation first of all, whatever its score."""
         sig = self.sig
-        return sorted(
-            hard_filter(self.candidates, sig),
-            key=lambda f: (f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
+        return self._once(
+            "ranked",
+            lambda: sorted(
+                hard_filter(self.candidates, sig),
+                key=lambda f: (f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
+            ),
         )
 
-    @cached_property
+    @property
     def survivors(self) -> list[Candidate]:
-        return [f.candidate for f in self.ranked if f.reason is None]
+        return self._once("survivors", lambda: [f.candidate for f in self.ranked if f.reason is None])
 
-    @cached_property
+    @property
     def words_restated(self) -> Candidate | None:
         """A spelled-out restatement of the previous, elliptical turn is that turn's request: its
         words show it where the vectors cannot ("San Mateo." vs the full question). The record must
@@ -135,7 +134,7 @@ class DecisionContext:
         if not (self.policy.restatement and self.sig.restates_previous):
             return None
         answer = self.sig.restated_answer
-        return self._previous_turn_answering(lambda text: fold_space(text) == answer)
+        return self._once("words_restated", lambda: self._previous_turn_answering(lambda t: fold_space(t) == answer))
 
     def _previous_turn_answering(self, saw: Callable[[str], bool]) -> Candidate | None:
         """The session's previous turn, if its record holds the answer the user saw (``saw``).
@@ -153,7 +152,7 @@ class DecisionContext:
             None,
         )
 
-    @cached_property
+    @property
     def previous_turn(self) -> Candidate | None:
         """The record of the session's previous turn, holding the very answer the user saw to it,
         when the intent lets the verifier judge it (``verify_previous``) and its words did not
@@ -163,7 +162,9 @@ class DecisionContext:
         seen = fold_space(self.sig.previous_reply_head)
         if not seen:
             return None
-        return self._previous_turn_answering(lambda text: fold_space(text[:REPLY_HEAD_CHARS]) == seen)
+        return self._once(
+            "previous_turn", lambda: self._previous_turn_answering(lambda t: fold_space(t[:REPLY_HEAD_CHARS]) == seen)
+        )
 
     @property
     def asked_again(self) -> bool:
@@ -183,19 +184,17 @@ class DecisionContext:
 
     @property
     def change(self) -> ChangeVerdict:
-        key = (self.best.record.cache_id, self.restated is not None)
-        if key not in self._changes:
-            self._changes[key] = self._detect_change()
-        return self._changes[key]
+        # keyed by the judged record: the best may move once the verdicts come
+        return self._once(("change", self.best.record.cache_id, self.restated is not None), self._detect_change)
 
     @property
     def guard(self) -> Reason | None:
         """Why the embedding cannot be trusted for the best candidate, if it cannot (``lexical_guard``)."""
         restated, verifies = self.words_restated is not None, self.verifies
-        key = (self.best.record.cache_id, restated, verifies)
-        if key not in self._guards:
-            self._guards[key] = lexical_guard(self.sig, self.best, restated=restated, verified=verifies)
-        return self._guards[key]
+        return self._once(
+            ("guard", self.best.record.cache_id, restated, verifies),
+            lambda: lexical_guard(self.sig, self.best, restated=restated, verified=verifies),
+        )
 
     def _detect_change(self) -> ChangeVerdict:
         record = self.best.record
@@ -236,16 +235,19 @@ class DecisionContext:
             return []
         return [alt.with_verdicts(self.verdicts) for alt in self._alternate_contexts]
 
-    @cached_property
+    @property
     def _alternate_contexts(self) -> list[DecisionContext]:
         if self.policy.verify_accept is None or not self.survivors:
             return []
         floor, top = self.policy.candidate, self.policy.verify_top
-        return [
-            DecisionContext((cand,), self.sig, self.policy)
-            for cand in self.survivors[1:top]
-            if cand.score >= floor and cand.record.request_hash != self.sig.request_hash
-        ]
+        return self._once(
+            "alternates",
+            lambda: [
+                DecisionContext((cand,), self.sig, self.policy)
+                for cand in self.survivors[1:top]
+                if cand.score >= floor and cand.record.request_hash != self.sig.request_hash
+            ],
+        )
 
     def about_best(
         self, status: Status, reason: Reason, *, signals: bool = True, failed_checks: tuple[str, ...] = ()
