@@ -18,25 +18,6 @@ from proxy.upstream.client import Upstream
 from proxy.upstream.retry import retry_reason
 
 
-async def relay_call(
-    upstream: Upstream,
-    http: web.Request,
-    call: UpstreamCall,
-    *,
-    stream: bool,
-    strip_usage: bool,
-    out: Outcome,
-    ours: OurHeaders,
-    metrics: Metrics,
-) -> Relayed:
-    """One attempt. An error raised here came before the client got a byte: once a stream's
-    status line is relayed, what breaks ends it in-band (relay_stream) and is never raised."""
-    if not stream:
-        return relay_json(await call.json(), out, ours)
-    async with call.opened() as resp:
-        return await relay_stream(upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics)
-
-
 async def relay_with_retry(
     upstream: Upstream,
     http: web.Request,
@@ -53,10 +34,15 @@ async def relay_with_retry(
     """``call`` relayed; ``again`` sends the same request once more (with the same routing key)
     where ``retry`` allows it and the failure is worth it. Says why in ``out.retried``."""
     while True:
+        # an error raised here came before the client got a byte: once a stream's status line is
+        # relayed, what breaks ends it in-band (relay_stream) and is never raised
         try:
-            return await relay_call(
-                upstream, http, call, stream=stream, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics
-            )
+            if not stream:
+                return relay_json(await call.json(), out, ours)
+            async with call.opened() as resp:
+                return await relay_stream(
+                    upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics
+                )
         except UpstreamError as exc:
             metrics.upstream_error(type(exc).__name__)
             reason = retry_reason(exc) if retry and out.retried is None else None
