@@ -25,8 +25,7 @@ from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.settling import Settling
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
-from proxy.storage.backends import BACKENDS, Backend, Store
-from proxy.storage.backends import open_store as open_backend
+from proxy.storage.backends import BACKENDS, Backend, Store, open_store
 from proxy.storage.shared import SharedRecordStore
 from proxy.text.normalize import default_segmenter
 from proxy.upstream.client import Upstream
@@ -66,12 +65,6 @@ async def load_backend(s: Settings) -> SyncEmbedder:
     return await asyncio.to_thread(
         load_embedder, s.embedding_model, s.models_root, threads=s.embed_threads or None, auto_install=True
     )
-
-
-async def open_store(s: Settings, backends: Mapping[str, Backend] = BACKENDS) -> Store:
-    """The record store the settings name, from the registry of backends (``backends``: tests may
-    add one)."""
-    return await open_backend(s.store, s, backends)
 
 
 async def report_vector_search(shared: SharedRecordStore | None, s: Settings, metrics: Metrics) -> None:
@@ -159,7 +152,7 @@ async def open_parts(
     policy = policy or load_policy_for(s)
     pair = await pair_verifier(s, policy, verifier)
     async with contextlib.AsyncExitStack() as stack:
-        store = await open_store(s, backends)
+        store = await open_store(s.store, s, backends)  # ``backends``: tests may add one
         stack.push_async_callback(store.records.close)
         await store.records.claim_embedding(s.embedding_model, backend.dim)
         verifying = None if pair is None else batching_verifier(s, pair)
