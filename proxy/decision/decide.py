@@ -217,13 +217,12 @@ class VerificationRounds:
     first: list[Candidate]  # the session's previous turn, the best candidate
     then: list[Candidate]  # the alternates
     previous: Candidate | None
-    accept: float | None
-    accept_previous: float | None
+    policy: IntentPolicy
 
     def settled(self, verdicts: Mapping[str, float]) -> bool:
         """Does a verdict of the first round already serve, so the alternates need no reading?"""
         for c in self.first:
-            level = self.accept_previous if c is self.previous else self.accept
+            level = self.policy.verify_previous if c is self.previous else self.policy.verify_accept
             p = verdicts.get(c.record.cache_id)
             if level is not None and p is not None and p >= level:
                 return True
@@ -234,11 +233,11 @@ def verification_rounds(ctx: DecisionContext) -> VerificationRounds:
     """What to ask the verifier about, from a context without verdicts (``candidates_to_verify``)."""
     policy = ctx.policy
     if policy.verify_accept is None and policy.verify_previous is None:
-        return VerificationRounds([], [], None, None, None)
+        return VerificationRounds([], [], None, policy)
     previous = ctx.previous_turn
     asked = [] if previous is None else [previous]
     for judged in [ctx, *ctx.alternates()]:
         if _verifiable(judged) and judged.best not in asked:
             asked.append(judged.best)
     head = 1 + (previous is not None)
-    return VerificationRounds(asked[:head], asked[head:], previous, policy.verify_accept, policy.verify_previous)
+    return VerificationRounds(asked[:head], asked[head:], previous, policy)
