@@ -102,6 +102,11 @@ async def until(check: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
+def quiet() -> bool:
+    """No change feed and no version beat is running (stopped, or never started)."""
+    return not any(t.get_name() in ("change-feed", "policy-versions") for t in asyncio.all_tasks())
+
+
 async def test_a_backend_declared_shared_gets_the_feed_path(tmp_path: Path) -> None:
     seen: list[str] = []
     s = settings(tmp_path, "fake")
@@ -115,20 +120,15 @@ async def test_a_backend_declared_shared_gets_the_feed_path(tmp_path: Path) -> N
         assert any(t.get_name() == "change-feed" for t in asyncio.all_tasks())
     assert seen[:3] == ["probe", f"follow {policy.version}", f"beat {policy.version}"]
     assert checkpoint_path(s).exists()  # the next start resumes the feed from it
-    assert not any(t.get_name() in ("change-feed", "policy-versions") for t in asyncio.all_tasks())
+    assert quiet()
 
 
 async def test_a_store_of_one_process_gets_saved_keys_and_no_feed(tmp_path: Path) -> None:
     s = settings(tmp_path, "sqlite")
     async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=HashEmbedder()) as parts:
         assert parts.store.shared is None
-        assert not any(t.get_name() in ("change-feed", "policy-versions") for t in asyncio.all_tasks())
+        assert quiet()
     assert keys_path(s.index_snapshot_path).exists() and not checkpoint_path(s).exists()
-
-
-def quiet() -> bool:
-    """The feed and the version beat have stopped."""
-    return not any(t.get_name() in ("change-feed", "policy-versions") for t in asyncio.all_tasks())
 
 
 @pytest.mark.parametrize("store", ["sqlite", "fake"])
