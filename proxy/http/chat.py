@@ -157,7 +157,11 @@ class ChatService:
 
     def _send(self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None) -> UpstreamCall:
         """``route``: the session the router keys on (``routing_session``); the caller's own by default."""
-        body, headers = self._upstream_request(req, who, http, route)
+        body = dict(req.forward_body)
+        if strips_usage(req):
+            # ask for usage so token accounting works, and strip the extra chunk on the way back
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        body, headers = self._hinted(body, req, who, http, route)
         # the client's query string goes on as it came (Azure's api-version), as on passthrough routes
         return UpstreamCall(self.upstream, body, headers, stream=req.stream, params=tuple(http.query.items()))
 
@@ -237,15 +241,6 @@ class ChatService:
             turn_index=turn,
             slot_count=self.slot_count,
         )
-
-    def _upstream_request(
-        self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None
-    ) -> tuple[dict[str, Any], dict[str, str]]:
-        body = dict(req.forward_body)
-        if strips_usage(req):
-            # ask for usage so token accounting works, and strip the extra chunk on the way back
-            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return self._hinted(body, req, who, http, route)
 
     async def _forward(
         self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
