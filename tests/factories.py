@@ -1,5 +1,5 @@
 """Factories for the values tests build again and again: one place that knows every field of a
-``Record``, so a test names only the fields it is about."""
+``Record`` and a ``Signature``, so a test names only the fields it is about."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from proxy.model import Record
+from proxy.model import CoarseTags, Record, Signature
+from proxy.text.entities import Entities
 
 
 def unit_vector(dim: int, seed: int | None = None) -> bytes:
@@ -40,3 +41,21 @@ def make_record(**fields: Any) -> Record:
         "state": "ready",
     }
     return Record(**{**base, **fields})
+
+
+def make_signature(*, intent: str = "general", entities: Entities | None = None, **fields: Any) -> Signature:
+    """A signature of intent ``intent`` (``entities``, no change instruction, no context switch),
+    with equal 4-d vectors, system prompt version ``sp`` and no text; ``fields`` replace any of them."""
+    vector = np.ones(4, dtype=np.float32) / 2
+    tags = CoarseTags(intent=intent, entities=entities or Entities(), change_instruction=False, context_switch=False)
+    base: dict[str, Any] = {
+        "vector": vector,
+        "question_vector": vector,
+        "tags": tags,
+        "system_prompt_version": "sp",
+        "context_fingerprint": "fp",
+        "request_hash": "req",
+        "current_text": "",
+        "view_text": "",
+    }
+    return Signature(**{**base, **fields})

@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pytest
 
 from proxy.decision import context as context_module
@@ -26,7 +25,7 @@ from proxy.decision.decide import (
     verification,
     verification_rounds,
 )
-from proxy.model import Candidate, CoarseTags, Decision, Reason, Record, Signature, Status
+from proxy.model import Candidate, Decision, Reason, Record, Signature, Status
 from proxy.policy import IntentPolicy
 from proxy.text.entities import Entities, extract_entities
 from proxy.text.normalize import normalize_text
@@ -84,22 +83,8 @@ FIVE_TIPS = extract_entities(normalize_text("give me 5 tips for packing"))
 def make_sig(
     text: str = QUESTION, *, entities: Entities | None = None, intent: str = "support", **changes: Any
 ) -> Signature:
-    vector = np.ones(4, dtype=np.float32) / 2
-    tags = CoarseTags(intent=intent, entities=entities or Entities(), change_instruction=False, context_switch=False)
-    base = Signature(
-        vector=vector,
-        question_vector=vector,
-        tags=tags,
-        system_prompt_version="sp",
-        context_fingerprint="fp",
-        request_hash="req",
-        current_text=text,
-        view_text=text,
-        previous_reply="",
-        turn_index=3,
-        question_raw=text,
-    )
-    return dataclasses.replace(base, **changes)
+    fields = {"current_text": text, "view_text": text, "question_raw": text, "turn_index": 3, **changes}
+    return factories.make_signature(intent=intent, entities=entities, **fields)
 
 
 def make_record(

@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 import orjson
 import pytest
 
-from proxy.model import CoarseTags, Decision, Reason, Record, Signature, Status
+from proxy.model import Decision, Reason, Record, Signature, Status
 from proxy.openai.request import ChatRequest, parse_chat_request
-from proxy.text.entities import Entities
 from proxy.upstream.routing import routing_session, shared_prefix_chars
+from tests.factories import make_record, make_signature
 
 SYSTEM = "You are the travel desk of a large agency. " * 20  # 880 characters
 HISTORY = "user: plan four days in Lisbon" + "x" * 300
@@ -32,42 +31,18 @@ def request(*, system: str = SYSTEM, history: bool = True) -> ChatRequest:
 
 
 def signature(*, history_key: str = HISTORY, turn: int = 2, version: str = "sp") -> Signature:
-    vector = np.ones(4, dtype=np.float32) / 2
-    tags = CoarseTags(intent="travel", entities=Entities(), change_instruction=True, context_switch=False)
-    return Signature(
-        vector=vector,
-        question_vector=vector,
-        tags=tags,
-        system_prompt_version=version,
-        context_fingerprint="fp",
-        request_hash="req",
+    return make_signature(
+        intent="travel",
         current_text="make it five days instead",
-        view_text="",
         turn_index=turn,
         history_key=history_key,
+        system_prompt_version=version,
     )
 
 
 def record(*, session: str = "theirs", tenant: str = "t", history: str = HISTORY, turn: int = 2) -> Record:
-    return Record(
-        cache_id="sc-1",
-        tenant=tenant,
-        user=None,
-        scope="tenant",
-        session=session,
-        namespace="",
-        context_fingerprint="fp",
-        intent="travel",
-        coarse_tags={"history": history, "turn": turn},
-        vector=b"",
-        qvector=b"",
-        answer_text="Day one: Alfama.",
-        key_facts={},
-        model="m",
-        system_prompt_version="sp",
-        policy_version="v",
-        request_hash="other",
-        state="ready",
+    return make_record(
+        tenant=tenant, session=session, scope="tenant", intent="travel", coarse_tags={"history": history, "turn": turn}
     )
 
 
