@@ -51,6 +51,14 @@ class CoarseTags:
         }
 
 
+# What the pair verifier reads of a request (proxy.verify.sides), and so what a signature keeps of
+# it and what the decision compares: a side stays near 64 tokens for Chinese and 80 for English;
+# the question is bounded too so that a pasted document cannot push its own context out.
+QUESTION_CHARS = 200
+PREVIOUS_QUESTION_CHARS = 120
+REPLY_HEAD_CHARS = 160
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     vector: np.ndarray  # the encoding view: the conversation as a whole
@@ -69,7 +77,8 @@ class Signature:
     # answer the user saw to that turn, whitespace-folded, which names the record it restates
     restated_answer: str = ""
     # The request as the pair verifier reads it: the texts as written (not normalised), each cut
-    # to the bound the verifier reads (proxy.verify.sides), the context from the signed view.
+    # to what the verifier reads of it (QUESTION_CHARS, PREVIOUS_QUESTION_CHARS, REPLY_HEAD_CHARS),
+    # the context from the signed view.
     question_raw: str = ""
     previous_question: str = ""
     previous_reply_head: str = ""

@@ -13,13 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from proxy.decision.change import ChangeVerdict, detect_change
-from proxy.model import Candidate, Decision, Reason, Signature, Status
+from proxy.model import REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
 from proxy.policy import IntentPolicy
-from proxy.signing.signer import fold_space
 from proxy.text.entities import Entities, entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
-from proxy.text.normalize import NormalText
-from proxy.verify.sides import REPLY_HEAD_CHARS
+from proxy.text.normalize import NormalText, fold_space
 
 T = TypeVar("T")
 

@@ -16,15 +16,14 @@ import numpy as np
 
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.lru import LruDict
-from proxy.model import CoarseTags, Signature
+from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS, CoarseTags, Signature
 from proxy.openai.request import ChatRequest
 from proxy.signing.conversation import Conversation, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, names_in, spelled_out, statements
-from proxy.text.normalize import NormalText
+from proxy.text.normalize import NormalText, fold_space
 from proxy.text.phrases import change_instruction
-from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +44,6 @@ class SignerSettings:
     signed_size: int = 1024
     # the view's token budget (0: the model's length, less room for its special tokens)
     view_tokens: int = 0
-
-
-def fold_space(text: str) -> str:
-    return " ".join(text.split())
 
 
 def context_fingerprint(system_version: str, model: str, intent: str) -> str:

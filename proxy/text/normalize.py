@@ -216,6 +216,12 @@ def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> NormalTe
     return NormalText(_TRAILING_PUNCT.sub("", text))
 
 
+def fold_space(text: str) -> str:
+    """Whitespace runs as one space, nothing else touched: an answer as the user saw it is matched
+    to a stored one by its words, whatever line breaks and indents a client kept of it."""
+    return " ".join(text.split())
+
+
 # Volatile parts of system-prompt templates; each pattern's match becomes its placeholder.
 _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),

@@ -13,13 +13,10 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["PREVIOUS_QUESTION_CHARS", "QUESTION_CHARS", "REPLY_HEAD_CHARS", "PairSide", "side_text"]
+from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 
-# Character bounds keep a side near 64 tokens for Chinese and 80 for English; the question is
-# bounded too so that a pasted document cannot push its own context out of the window.
-QUESTION_CHARS = 200
-PREVIOUS_QUESTION_CHARS = 120
-REPLY_HEAD_CHARS = 160
+__all__ = ["PairSide", "side_text"]
+
 # Separates the parts; a character that user text rarely holds, read by the model as a marker.
 _SEPARATOR = " ¦ "
 _SPACES = re.compile(r"\s+")

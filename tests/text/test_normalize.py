@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.text.normalize import mask_volatile, normalize_text, system_prompt_version
+from proxy.text.normalize import fold_space, mask_volatile, normalize_text, system_prompt_version
 
 
 @pytest.mark.parametrize(
@@ -135,3 +135,16 @@ def test_system_prompt_version(a: str, b: str, same: bool) -> None:
     assert len(va) == 16
     assert int(va, 16) >= 0
     assert (va == vb) is same
+
+
+@pytest.mark.parametrize(
+    ("text", "folded"),
+    [
+        ("It is\n01223  244277.", "It is 01223 244277."),
+        ("  indented\tlist\n\n- one\r\n- two ", "indented list - one - two"),
+        ("Café, ＬＧ！", "Café, ＬＧ！"),  # only whitespace: case, width and punctuation stay as shown
+        ("", ""),
+    ],
+)
+def test_fold_space(text: str, folded: str) -> None:
+    assert fold_space(text) == folded

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 from proxy.verify import PairSide, side_text
-from proxy.verify.sides import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 
 CASES = [
     ("question only", PairSide("花呗怎么还款"), "花呗怎么还款"),
