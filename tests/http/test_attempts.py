@@ -1,8 +1,8 @@
-"""An upstream attempt that fails before the client has a byte (a router's replica just died: a
-dropped connection, 500, 502, 503, 504) is sent once more with the same routing key, and the client
-gets the answer; a failure of the request itself (400, 429), a second failure, a stream already
-relayed in part, or the setting turned off reach the client as they came. A failed attempt is
-never stored."""
+"""proxy/http/attempts.py: an upstream attempt that fails before the client has a byte (a router's
+replica just died: a dropped connection, 500, 502, 503, 504) is sent once more with the same routing
+key, and the client gets the answer; a failure of the request itself (400, 429), a second failure, a
+stream already relayed in part, or the setting turned off reach the client as they came. A failed
+attempt is never stored."""
 
 from __future__ import annotations
 
