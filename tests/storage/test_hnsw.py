@@ -288,6 +288,36 @@ def test_a_snapshot_of_another_format_or_a_damaged_one_is_refused(tmp_path: Path
     assert HnswIndex.from_snapshot(path, dim=8, stamp="s") is None
 
 
+def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    index = HnswIndex(32, exact_limit=100)
+    vectors = unit(rng, 300, 32)
+    index.add(list(range(1, 301)), vectors, [key("t")] * 300)
+    index.delete([5, 6, 7])
+    path = tmp_path / "index.hnsw"
+    index.save(path, stamp="m dim=32 store=a")
+    loaded = HnswIndex.from_snapshot(path, dim=32, stamp="m dim=32 store=a")
+    assert loaded is not None
+    assert loaded.labels() == index.labels() and len(loaded) == 297
+    assert loaded.deleted_fraction == pytest.approx(index.deleted_fraction)
+    for q in unit(rng, 20, 32):
+        assert loaded.search(q, 5) == index.search(q, 5)
+    assert all(lab not in (5, 6, 7) for lab, _ in loaded.search(vectors[5], 10))
+    loaded.add([301], unit(rng, 1, 32), [key("t")])  # still growable after loading
+    assert 301 in loaded.labels()
+
+
+@pytest.mark.parametrize(
+    ("dim", "stamp"), [(32, "other-model dim=32 store=a"), (32, "m dim=32 store=b"), (16, "m dim=32 store=a")]
+)
+def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, dim: int, stamp: str) -> None:
+    index = HnswIndex(32)
+    index.add([1, 2], unit(np.random.default_rng(1), 2, 32), [key("t"), key("t")])
+    index.save(tmp_path / "index.hnsw", stamp="m dim=32 store=a")
+    assert HnswIndex.from_snapshot(tmp_path / "index.hnsw", dim=dim, stamp=stamp) is None
+    assert HnswIndex.from_snapshot(tmp_path / "missing.hnsw", dim=32, stamp="m dim=32 store=a") is None
+
+
 def test_a_small_lookup_runs_on_the_callers_thread_and_a_busy_or_large_one_does_not() -> None:
     rng = np.random.default_rng(5)
     index = HnswIndex(16, exact_limit=100)

@@ -1,61 +1,22 @@
-"""The HNSW graph and the mirror's keys are saved at shutdown and loaded at start instead of read
-and rebuilt from SQLite, then brought level with SQLite: what was written after the snapshot is
-added, what died is dropped, and a snapshot of another database, model or shape, or a damaged one,
-costs a rebuild, never a wrong neighbour."""
+"""A restart loads the HNSW graph and the mirror's keys saved at shutdown instead of reading and
+rebuilding them from SQLite, then brings them level with SQLite: what was written after the snapshot
+is added, what died is dropped, and a snapshot of another database, or a damaged one, costs a
+rebuild, never a wrong neighbour (proxy.cache, storage.hnsw, storage.keyfile)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from proxy.http import keys
 from proxy.model import RecordState
-from proxy.storage.base import IndexKey, Selector
+from proxy.storage.base import Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
-
-
-def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    v = rng.standard_normal((n, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-KEY = IndexKey.interned(10, "t", "s", None, "tenant", "m", "v", "", "general")
-
-
-def test_snapshot_round_trip_keeps_graph_live_labels_and_deletions(tmp_path: Path) -> None:
-    rng = np.random.default_rng(3)
-    index = HnswIndex(32, exact_limit=100)
-    vectors = unit(rng, 300, 32)
-    index.add(list(range(1, 301)), vectors, [KEY] * 300)
-    index.delete([5, 6, 7])
-    path = tmp_path / "index.hnsw"
-    index.save(path, stamp="m dim=32 store=a")
-    loaded = HnswIndex.from_snapshot(path, dim=32, stamp="m dim=32 store=a")
-    assert loaded is not None
-    assert loaded.labels() == index.labels() and len(loaded) == 297
-    assert loaded.deleted_fraction == pytest.approx(index.deleted_fraction)
-    for q in unit(rng, 20, 32):
-        assert loaded.search(q, 5) == index.search(q, 5)
-    assert all(lab not in (5, 6, 7) for lab, _ in loaded.search(vectors[5], 10))
-    loaded.add([301], unit(rng, 1, 32), [KEY])  # still growable after loading
-    assert 301 in loaded.labels()
-
-
-@pytest.mark.parametrize(
-    ("dim", "stamp"), [(32, "other-model dim=32 store=a"), (32, "m dim=32 store=b"), (16, "m dim=32 store=a")]
-)
-def test_a_snapshot_of_another_model_store_or_shape_is_not_used(tmp_path: Path, dim: int, stamp: str) -> None:
-    index = HnswIndex(32)
-    index.add([1, 2], unit(np.random.default_rng(1), 2, 32), [KEY, KEY])
-    index.save(tmp_path / "index.hnsw", stamp="m dim=32 store=a")
-    assert HnswIndex.from_snapshot(tmp_path / "index.hnsw", dim=dim, stamp=stamp) is None
-    assert HnswIndex.from_snapshot(tmp_path / "missing.hnsw", dim=32, stamp="m dim=32 store=a") is None
 
 
 @pytest.mark.slow
