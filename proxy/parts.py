@@ -1,10 +1,13 @@
-"""Composition of the cache's parts, shared by the HTTP app, offline replay and warm-up, so all
-three run the very same signer, index, store, policy and decision."""
+"""Composition of the cache's service parts, shared by the HTTP app, offline replay and warm-up,
+so all three run the very same signer, index, store, policy, planner and decision. Only service
+parts are composed here: the HTTP edge builds its chat handler over them (proxy.http.app), so the
+offline tools never load it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -14,12 +17,10 @@ from proxy.cache import SemanticCache
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.embedding.packs import load_embedder
-from proxy.feedback import HitJudge
-from proxy.http.chat import ChatService
-from proxy.http.race import races
+from proxy.feedback import FeedbackReader, HitJudge
 from proxy.indexing import open_cache
 from proxy.observability.metrics import Metrics
-from proxy.planner import PolicyBox
+from proxy.planner import Planner, PolicyBox
 from proxy.policy import Policy, check_embedding_model, load_policy
 from proxy.settings import DEFAULT_POLICY, Settings
 from proxy.settling import Settling
@@ -47,7 +48,10 @@ class Parts:
     policy_box: PolicyBox
     upstream: Upstream
     judge: HitJudge
-    chat: ChatService
+    planner: Planner
+    settling: Settling  # the bookkeeping after a reply: a write-back, a hit's count
+    prewarmer: Prewarmer
+    coalescer: Coalescer | None  # None: coalescing is off
     loaded: int
     store: Store
     verifier: BatchingVerifier | None = None
@@ -168,7 +172,6 @@ async def open_parts(
         box = PolicyBox(policy, classifier)
         await report_vector_search(store.shared, s, metrics)
         cache, loaded = await open_cache(stack, s, store, dim=backend.dim, box=box, verifier=verifying, metrics=metrics)
-        flavour = s.upstream_flavour if s.upstream else "llamacpp"
         judge = HitJudge(window=max(s.ready_after, 1.0))
         signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens))
         # jieba's dictionary and tagger are slow to build: now, off the loop, before the port
@@ -177,27 +180,10 @@ async def open_parts(
         await asyncio.to_thread(default_segmenter)
         settling = Settling()
         stack.push_async_callback(settling.close)  # first: answers given are kept before the index is saved
-        chat = ChatService(
-            cache=cache,
-            signer=signer,
-            policy_box=box,
-            upstream=upstream,
-            flavour=flavour,
-            # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks
-            # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/upstream/test_engine.py)
-            slot_count=None,
-            metrics=metrics,
-            judge=judge,
-            debug_headers=s.debug_headers,
-            regenerate_window=s.regenerate_window,
-            coalescer=Coalescer() if s.coalesce else None,
-            prewarmer=prewarmer,
-            prewarm_all=s.prewarm,
-            race=races(s.race_upstream, flavour),
-            retry=s.upstream_retry,
-            route_min_shared_chars=s.route_related_min_chars,
-            settling=settling,
+        feedback = FeedbackReader(
+            cache=cache, judge=judge, metrics=metrics, regenerate_window=s.regenerate_window, clock=time.time
         )
+        planner = Planner(cache=cache, signer=signer, policy_box=box, feedback=feedback, settling=settling)
         yield Parts(
             embedder=embedder,
             cache=cache,
@@ -205,7 +191,10 @@ async def open_parts(
             policy_box=box,
             upstream=upstream,
             judge=judge,
-            chat=chat,
+            planner=planner,
+            settling=settling,
+            prewarmer=prewarmer,
+            coalescer=Coalescer() if s.coalesce else None,
             loaded=loaded,
             store=store,
             verifier=verifying,

@@ -87,7 +87,7 @@ async def parts_with(
 async def ask_again(parts: Parts, stages: dict[str, float] | None = None) -> Any:
     """The first question answered and written back, then the rephrased one in the same conversation."""
     first = parse_chat_request(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": ASK}]}))
-    plan = await parts.chat.planner.plan(first, WHO)
+    plan = await parts.planner.plan(first, WHO)
     assert plan.signature is not None and plan.policy is not None
     await parts.cache.write(
         request=first, who=WHO, sig=plan.signature, policy=plan.policy, policy_version="v", answer=ANSWER, usage={}
@@ -97,7 +97,7 @@ async def ask_again(parts: Parts, stages: dict[str, float] | None = None) -> Any
         {"role": "assistant", "content": ANSWER},
         {"role": "user", "content": REPHRASED},
     ]
-    return await parts.chat.planner.plan(
+    return await parts.planner.plan(
         parse_chat_request(orjson.dumps({"model": "m", "messages": msgs})), WHO, stages=stages
     )
 

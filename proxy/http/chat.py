@@ -18,7 +18,7 @@ from aiohttp import web
 
 from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
-from proxy.feedback import UNSTORED, FeedbackReader, HitJudge
+from proxy.feedback import UNSTORED, HitJudge
 from proxy.http.attempts import relay_with_retry
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
@@ -31,7 +31,6 @@ from proxy.openai.request import ChatRequest, completion_chunks, completion_json
 from proxy.planner import Plan, Planner, PolicyBox
 from proxy.policy import IntentPolicy
 from proxy.settling import Settling
-from proxy.signing.signer import ContextSigner
 from proxy.storage.base import StoreUnavailable
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
@@ -47,7 +46,7 @@ class ChatService:
         self,
         *,
         cache: SemanticCache,
-        signer: ContextSigner,
+        planner: Planner,
         policy_box: PolicyBox,
         upstream: Upstream,
         flavour: str,
@@ -55,7 +54,6 @@ class ChatService:
         metrics: Metrics,
         judge: HitJudge,
         debug_headers: bool,
-        regenerate_window: float = 600.0,
         coalescer: coalesce.Coalescer | None = None,
         prewarmer: Prewarmer | None = None,
         prewarm_all: bool = False,
@@ -65,20 +63,13 @@ class ChatService:
         settling: Settling,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.cache, self.signer, self.policy_box = cache, signer, policy_box
+        self.cache, self.planner, self.policy_box = cache, planner, policy_box
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
         self.upstream, self.slot_count = upstream, slot_count
         self.flavour: Flavour = flavour  # narrowed by the check above
         self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, debug_headers, clock
-        self.regenerate_window = regenerate_window
         self.settling = settling  # the bookkeeping after a reply: a write-back, a hit's count
-        self.feedback = FeedbackReader(
-            cache=cache, judge=judge, metrics=metrics, regenerate_window=regenerate_window, clock=clock
-        )
-        self.planner = Planner(
-            cache=cache, signer=signer, policy_box=policy_box, feedback=self.feedback, settling=self.settling
-        )
         self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, prewarm_all
         if coalescer is not None:
             metrics.tally(

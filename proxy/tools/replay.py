@@ -97,7 +97,7 @@ async def replay_conversations(
         for i, turn in enumerate(conv.turns):
             msgs = last if turn.regenerate and last is not None else [*history, {"role": "user", "content": turn.user}]
             req = parse_chat_request(orjson.dumps({"model": model, "messages": msgs}))
-            plan = await parts.chat.planner.plan(req, who)
+            plan = await parts.planner.plan(req, who)
             decision = plan.decision
             record = decision.record if decision else None
             key_ok = None if record is None else keys.get(record.cache_id) == turn.key
