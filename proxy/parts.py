@@ -34,6 +34,7 @@ from proxy.upstream.coalesce import Coalescer
 from proxy.upstream.prewarm import Prewarmer
 from proxy.verify import Verifier, VerifierError, load_verifier
 from proxy.verify.batching import BatchingVerifier
+from proxy.writeback import WriteBack
 
 log = structlog.get_logger("smartcache")
 
@@ -49,6 +50,7 @@ class Parts:
     upstream: Upstream
     judge: HitJudge
     planner: Planner
+    write_back: WriteBack
     settling: Settling  # the bookkeeping after a reply: a write-back, a hit's count
     prewarmer: Prewarmer
     coalescer: Coalescer | None  # None: coalescing is off
@@ -192,6 +194,7 @@ async def open_parts(
             upstream=upstream,
             judge=judge,
             planner=planner,
+            write_back=WriteBack(cache, box),
             settling=settling,
             prewarmer=prewarmer,
             coalescer=Coalescer() if s.coalesce else None,

@@ -139,7 +139,7 @@ def chat_service(parts: Parts, s: Settings, metrics: Metrics) -> ChatService:
     return ChatService(
         cache=parts.cache,
         planner=parts.planner,
-        policy_box=parts.policy_box,
+        write_back=parts.write_back,
         upstream=parts.upstream,
         flavour=flavour,
         # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks

@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-import structlog
 from aiohttp import web
 
 from proxy.cache import SemanticCache
 from proxy.errors import UpstreamError
-from proxy.feedback import UNSTORED, HitJudge
+from proxy.feedback import HitJudge
 from proxy.http.attempts import relay_with_retry
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
@@ -28,15 +27,15 @@ from proxy.lru import LruDict
 from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
-from proxy.planner import Plan, Planner, PolicyBox
+from proxy.planner import Plan, Planner
 from proxy.policy import IntentPolicy
 from proxy.settling import Settling
-from proxy.storage.base import StoreUnavailable
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
 from proxy.upstream.routing import routing_session
+from proxy.writeback import WriteBack, record_vector
 
 __all__ = ["ChatService"]
 
@@ -47,7 +46,7 @@ class ChatService:
         *,
         cache: SemanticCache,
         planner: Planner,
-        policy_box: PolicyBox,
+        write_back: WriteBack,
         upstream: Upstream,
         flavour: str,
         slot_count: int | None,
@@ -63,7 +62,7 @@ class ChatService:
         settling: Settling,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.cache, self.planner, self.policy_box = cache, planner, policy_box
+        self.cache, self.planner, self.write_back = cache, planner, write_back
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
         self.upstream, self.slot_count = upstream, slot_count
@@ -237,15 +236,14 @@ class ChatService:
         self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
     ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
-        store = (plan.signature, plan.policy) if plan.policy is not None and plan.signature is not None else None
         route = routing_session(
             who.session, who.tenant, req, plan.signature, plan.decision, min_shared_chars=self.route_min_shared_chars
         )
         # only answers the cache could hold coalesce; a regenerate, a correction or a no-cache
         # request asks for an answer of its own
-        table = self.coalescer if store is not None and plan.reason not in coalesce.NEVER_COALESCE else None
+        table = self.coalescer if plan.policy is not None and plan.reason not in coalesce.NEVER_COALESCE else None
         if table is None:
-            return await self._call_upstream(http, req, who, out, store, None, race, route=route)
+            return await self._call_upstream(http, req, who, out, plan, None, race, route=route)
         key = coalesce.coalesce_key(req, who)
         for _ in range(coalesce.FOLLOW_ATTEMPTS):
             flight = table.follow(key)
@@ -253,7 +251,7 @@ class ChatService:
                 flight = table.begin(key)
                 try:
                     # ended by the write-back, so followers get the record's id (_keep)
-                    return await self._call_upstream(http, req, who, out, store, flight, race, route=route)
+                    return await self._call_upstream(http, req, who, out, plan, flight, race, route=route)
                 except BaseException:
                     table.end(flight)
                     raise
@@ -263,7 +261,7 @@ class ChatService:
             if (response := await self._follow(http, req, out, flight)) is not None:
                 return response
         # leaders keep losing their answers (clients gone, streams cut): stop waiting on them
-        return await self._call_upstream(http, req, who, out, store, None, route=route)
+        return await self._call_upstream(http, req, who, out, plan, None, route=route)
 
     async def _follow(
         self, http: web.Request, req: ChatRequest, out: Outcome, flight: coalesce.Flight
@@ -291,7 +289,7 @@ class ChatService:
         req: ChatRequest,
         who: Identity,
         out: Outcome,
-        store: tuple[Signature, IntentPolicy] | None,
+        plan: Plan,
         flight: coalesce.Flight | None,
         race: UpstreamCall | None = None,
         *,
@@ -321,8 +319,8 @@ class ChatService:
         finally:
             out.stages["upstream"] = time.perf_counter() - t
         out.upstream_cached_tokens = cached_tokens_of(relayed.usage)
-        keep = self._keep(req, who, out, store, relayed, flight)
-        out.settling = self.settling.start(who, keep, record_vector=None if store is None else store[0].vector)
+        keep = self._keep(req, who, out, plan, relayed, flight)
+        out.settling = self.settling.start(who, keep, record_vector=record_vector(plan))
         if req.stream:  # its end goes out now that the keeping is registered (relay_stream)
             try:
                 await relayed.response.write_eof()
@@ -335,15 +333,13 @@ class ChatService:
         req: ChatRequest,
         who: Identity,
         out: Outcome,
-        store: tuple[Signature, IntentPolicy] | None,
+        plan: Plan,
         relayed: Relayed,
         flight: coalesce.Flight | None,
     ) -> None:
         """After the reply: write the answer back, then hand it to the flight's followers."""
         try:
-            cut = relayed.cut_at_limit and req.answer_cap is not None
-            kept = relayed.text if relayed.storable or cut else None
-            await self._write_back(req, who, out, store, kept, relayed.usage, cut=cut)
+            await self._write_back(req, who, out, plan, relayed)
             if flight is not None and relayed.text is not None and relayed.finish_reason:
                 cache_id = out.cache_id if out.stored else None
                 flight.succeed(coalesce.shared_of_usage(relayed.text, relayed.finish_reason, relayed.usage, cache_id))
@@ -351,42 +347,13 @@ class ChatService:
             if flight is not None and self.coalescer is not None:
                 self.coalescer.end(flight)
 
-    async def _write_back(
-        self,
-        req: ChatRequest,
-        who: Identity,
-        out: Outcome,
-        store: tuple[Signature, IntentPolicy] | None,
-        answer: str | None,
-        usage: dict[str, Any],
-        *,
-        cut: bool = False,
-    ) -> None:
-        if store is None or answer is None or req.controls.no_store:
-            # still the session's last answer, so a regenerate or correction of it is known
-            sig = store[0] if store is not None else out.signature if out.reason in UNSTORED else None
-            if sig is not None:
-                await self.cache.note_unstored(who, sig)
-            return
-        sig, policy = store
+    async def _write_back(self, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, relayed: Relayed) -> None:
         t = time.perf_counter()
-        try:
-            record = await self.cache.write(
-                request=req,
-                who=who,
-                sig=sig,
-                policy=policy,
-                policy_version=self.policy_box.policy.version,
-                answer=answer,
-                usage=usage,
-                cut=cut,
-            )
-        except StoreUnavailable:  # the answer is relayed already; it is just not kept
+        whole = relayed.text if relayed.storable or relayed.cut_at_limit else None
+        kept = await self.write_back.keep(req, who, plan, whole, relayed.usage, cut=relayed.cut_at_limit)
+        if kept.failed:  # the answer is relayed already; it is just not kept
             out.ending = Ending.STORE_UNAVAILABLE
-            return
-        except Exception:  # a store that breaks in a way of its own costs the answer's keeping, never the answer
-            structlog.get_logger("smartcache").exception("store.write_failed")
-            out.ending = Ending.STORE_UNAVAILABLE
+        if (record := kept.record) is None:
             return
         out.stages["store"] = time.perf_counter() - t
         out.stored, out.cache_id = True, record.cache_id

@@ -126,22 +126,10 @@ async def replay_conversations(
                 text = record.answer_text
             else:
                 text = turn.answer or f"Answer for {turn.key}."
-                if plan.policy is not None and plan.signature is not None:
-                    written = await parts.cache.write(
-                        request=req,
-                        who=who,
-                        sig=plan.signature,
-                        policy=plan.policy,
-                        policy_version=parts.policy_box.policy.version,
-                        answer=text,
-                        usage={
-                            "prompt_tokens": sum(_tokens(m["content"]) for m in msgs),
-                            "completion_tokens": _tokens(text),
-                        },
-                    )
-                    keys[written.cache_id] = turn.key
-                elif plan.signature is not None:
-                    await parts.cache.note_unstored(who, plan.signature)
+                usage = {"prompt_tokens": sum(_tokens(m["content"]) for m in msgs), "completion_tokens": _tokens(text)}
+                kept = await parts.write_back.keep(req, who, plan, text, usage)
+                if kept.record is not None:
+                    keys[kept.record.cache_id] = turn.key
             seen_session[(conv.tenant, conv.session)].add(turn.key)
             seen_tenant[conv.tenant].add(turn.key)
             last = msgs
