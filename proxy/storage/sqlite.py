@@ -316,7 +316,7 @@ class SqliteStore:
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
         """Every request reads it first, and from the file that is a hop to the connection's thread
         queued behind every write-back in flight. One proxy owns a data directory while it serves
-        (``proxy.http.app.data_dir_lock``), so what this store wrote or read is what the file holds
+        (``proxy.datadir.data_dir_lock``), so what this store wrote or read is what the file holds
         until it writes again: a session met lately is answered from memory."""
         if (known := self._lasts.get((tenant, session))) is not None:
             return known[0]

@@ -10,7 +10,7 @@ Intents the policy widens reach every conversation of the tenant anyway.
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
 skipped. Conversations are signed concurrently, so the embedder micro-batches them.
 
-Warm-up holds the data dir's lock, as a proxy does (proxy.http.app.data_dir_lock): a proxy running
+Warm-up holds the data dir's lock, as a proxy does (proxy.datadir.data_dir_lock): a proxy running
 from that directory keeps its vector index in memory, so records written beside it would never be
 served by it, and its index snapshot at shutdown would drop them. Warm-up refuses to start there,
 and a proxy refuses to start while warm-up runs. With the Redis store, warm with a data dir of
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.http.app import data_dir_lock, tenant_salt
+from proxy.datadir import data_dir_lock, tenant_salt
 from proxy.identity import Identity, clean_header_id, derived_session, tenant_of
 from proxy.model import SessionLast
 from proxy.observability.metrics import Metrics

@@ -4,13 +4,11 @@ share a cache between proxies, instead of silently missing what the first one wr
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from proxy.http.app import DataDirInUse, data_dir_lock
+from proxy.datadir import DataDirInUse, data_dir_lock
 from tests.conftest import ProxyFactory
 
 
@@ -28,19 +26,6 @@ async def test_a_second_proxy_on_the_same_data_dir_is_refused_at_start(make_prox
     await first.stop()
     again = await make_proxy()
     assert (await again.client().models.list()).data
-
-
-def test_the_lock_is_held_across_processes(tmp_path: Path) -> None:
-    with data_dir_lock(tmp_path):
-        probe = "from pathlib import Path; from proxy.http.app import data_dir_lock; "
-        probe += "data_dir_lock(Path(%r)).__enter__()"
-        child = subprocess.run(
-            [sys.executable, "-c", probe % str(tmp_path)], capture_output=True, text=True, timeout=120
-        )
-        assert child.returncode != 0
-        assert "DataDirInUse" in child.stderr
-    with data_dir_lock(tmp_path):  # released on exit
-        pass
 
 
 def test_the_cli_says_it_in_one_line(
