@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy.cache import SemanticCache
-from proxy.model import Record, RecordState, SessionLast
+from proxy.model import KeyFacts, Record, RecordState, RecordTags, SessionLast
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Selector
 from proxy.storage.feed import ChangeFeed, FeedCheckpoint
 from proxy.storage.hnsw import HnswIndex
@@ -48,8 +48,8 @@ def record(n: int, rng: np.random.Generator) -> Record:
     return Record(
         cache_id=f"sc-{n:08d}-{rng.integers(1 << 30)}", tenant=f"t{n % 20}", user=None, scope="session",
         session=f"s{n % 500}", namespace="", context_fingerprint="fp", intent="general",
-        coarse_tags={"intent": "general", "turn": 1}, vector=blob, qvector=blob, answer_text="answer " * 120,
-        key_facts={}, model="m", system_prompt_version="v", policy_version="p", request_hash=f"h{n}",
+        coarse_tags=RecordTags(intent="general", turn=1), vector=blob, qvector=blob, answer_text="answer " * 120,
+        key_facts=KeyFacts(), model="m", system_prompt_version="v", policy_version="p", request_hash=f"h{n}",
         state="ready", created_at=time.time(), ready_at=time.time(), expires_at=time.time() + 3600,
     )  # fmt: skip
 

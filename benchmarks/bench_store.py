@@ -46,12 +46,15 @@ from proxy.cache import SemanticCache
 from proxy.decision.validate import extract_key_facts
 from proxy.feedback import HitJudge
 from proxy.lifecycle import Capacity, Lifecycle
-from proxy.model import Record
+from proxy.model import Record, RecordTags
 from proxy.observability.metrics import Metrics
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.mirror import Want
 from proxy.storage.sqlite import SqliteStore
+from proxy.text.entities import Entities
+from proxy.text.normalize import NormalText
+from proxy.text.numbers import NumericConstraint
 
 PER = 100_000
 INTENTS = ("travel", "shopping", "code", "general", "chitchat", "doc_rewrite", "after_sales", "refund")
@@ -143,7 +146,7 @@ def make_records(n: int, dim: int, chars: int, lang: str, seed: int = 7) -> Call
     does not compress, so byte counts are those of distinct answers)."""
     rng = np.random.default_rng(seed)
     templates = [answer_text(rng, chars, lang) for _ in range(64)]
-    facts = [extract_key_facts(t).to_json() for t in templates]
+    facts = [extract_key_facts(t) for t in templates]
     now = time.time()
 
     def record(i: int) -> Record:
@@ -151,21 +154,15 @@ def make_records(n: int, dim: int, chars: int, lang: str, seed: int = 7) -> Call
         t = i % len(templates)
         intent = INTENTS[i % len(INTENTS)]
         question = f"question {i}: " + templates[(t + 1) % 64][:48]
-        tags = {
-            "intent": intent,
-            "task_branch": "plan>adjust",
-            "entities": {
-                "places": ["杭州"],
-                "products": [],
-                "people": [],
-                "numbers": [["budget", 5000.0, "CNY", "<="]],
-            },
-            "change_instruction": "none",
-            "context_switch": False,
-            "intent_forced": False,
-            "question": question,
-            "previous_reply": templates[(t + 2) % 64][:160],
-        }
+        tags = RecordTags(
+            intent=intent,
+            entities=Entities(places=frozenset({"杭州"}), numbers=(NumericConstraint("budget", 5000.0, "CNY", "<="),)),
+            question=NormalText(question),
+            previous_reply=templates[(t + 2) % 64][:160],
+            turn=1 + i % 5,
+            question_raw=question,
+            history=f"h-{i // 5:024x}",
+        )
         return Record(
             cache_id="sc-" + uuid.uuid4().hex[:20],
             tenant=f"t-{i % 50:024x}",

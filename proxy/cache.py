@@ -22,7 +22,7 @@ import structlog
 from proxy.decision.decide import DecisionContext, decide_in, verification_rounds
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
-from proxy.model import CUT_AT, SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
+from proxy.model import SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
 from proxy.reach import fits_limit, nearest_of_both, repeated, visible, write_scope
@@ -283,7 +283,7 @@ class SemanticCache:
                 continue
             if r.state == "ready" and r.feedback_score >= policy.feedback_floor:
                 same = r.tenant == who.tenant and r.session == who.session
-                gap = sig.turn_index - int(r.coarse_tags.get("turn", 0)) if same else None
+                gap = sig.turn_index - r.coarse_tags.turn if same else None
                 question = float(r.qvector_array() @ sig.question_vector)
                 ready.append(Candidate(r, score, question, same_session=same, turn_gap=gap))
             elif r.state == "pending" and r.intent == sig.tags.intent:
@@ -385,7 +385,7 @@ class SemanticCache:
         cap = request.answer_cap if cut else None
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
         # tens of ms of jieba on a long answer: off the event loop
-        facts = (await asyncio.to_thread(extract_key_facts, answer)).to_json()
+        facts = await asyncio.to_thread(extract_key_facts, answer)
         record = Record(
             cache_id="sc-" + uuid.uuid4().hex[:20],
             tenant=who.tenant,
@@ -395,7 +395,7 @@ class SemanticCache:
             namespace=request.record_namespace,
             context_fingerprint=sig.context_fingerprint,
             intent=sig.tags.intent,
-            coarse_tags={**sig.record_tags(), **({} if cap is None else {CUT_AT: cap})},
+            coarse_tags=sig.record_tags(cut_at=cap),
             vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
             qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
             answer_text=answer,

@@ -4,7 +4,7 @@ and what a decision says. Plain frozen values: every room reads them and none ow
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
@@ -90,22 +90,130 @@ class Signature:
     def restates_previous(self) -> bool:
         return bool(self.restated_answer)
 
-    def record_tags(self) -> dict[str, Any]:
+    def record_tags(self, *, cut_at: int | None = None) -> RecordTags:
         """Tags stored on a record: the coarse tags plus what the lexical guards and the verifier
         compare."""
-        return {
-            **self.tags.to_json(),
-            "question": self.current_text[:600],
-            "previous_reply": self.previous_reply,
-            "turn": self.turn_index,
-            "question_raw": self.question_raw,
-            "previous_question": self.previous_question,
-            "previous_reply_head": self.previous_reply_head,
-            "history": self.history_key,
-        }
+        tags = self.tags
+        return RecordTags(
+            intent=tags.intent,
+            entities=tags.entities,
+            change_instruction=tags.change_instruction,
+            context_switch=tags.context_switch,
+            question=NormalText(self.current_text[:600]),
+            previous_reply=self.previous_reply,
+            turn=self.turn_index,
+            question_raw=self.question_raw,
+            previous_question=self.previous_question,
+            previous_reply_head=self.previous_reply_head,
+            history=self.history_key,
+            cut_at=cut_at,
+        )
 
 
 CUT_AT = "cut_at"  # the coarse tag of an answer cut at the request's token limit
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTags:
+    """What a record keeps of the request it answered, for the hard filters, the lexical guards and
+    the verifier to hold a new request against. Stored as JSON (``to_json``) and parsed once, where
+    the record leaves the store; a key a record of an older version lacks reads as its default."""
+
+    intent: str = ""
+    entities: Entities = field(default_factory=Entities)
+    change_instruction: bool = False
+    context_switch: bool = False
+    question: NormalText = field(default=NormalText(""))  # the current turn, normalised
+    previous_reply: str = ""  # normalised and cut, as the signature holds it
+    turn: int = 0  # user turns up to this one; 0 on records that did not count them
+    question_raw: str = ""
+    previous_question: str = ""
+    previous_reply_head: str = ""
+    # the user turns before it (Signature.history_key); None on records that did not keep them,
+    # which makes the record another conversation's to every request
+    history: str | None = None
+    cut_at: int | None = None  # the token limit the engine cut its answer at, if it did
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "intent": self.intent,
+            "entities": self.entities.to_json(),
+            "change_instruction": self.change_instruction,
+            "context_switch": self.context_switch,
+            "question": self.question,
+            "previous_reply": self.previous_reply,
+            "turn": self.turn,
+            "question_raw": self.question_raw,
+            "previous_question": self.previous_question,
+            "previous_reply_head": self.previous_reply_head,
+        }
+        if self.history is not None:
+            out["history"] = self.history
+        if self.cut_at is not None:
+            out[CUT_AT] = self.cut_at
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RecordTags:
+        history, cut_at = data.get("history"), data.get(CUT_AT)
+        return cls(
+            intent=str(data.get("intent", "")),
+            entities=Entities.from_json(data.get("entities", {})),
+            change_instruction=bool(data.get("change_instruction", False)),
+            context_switch=bool(data.get("context_switch", False)),
+            question=NormalText(str(data.get("question", ""))),
+            previous_reply=str(data.get("previous_reply", "")),
+            turn=int(data.get("turn", 0)),
+            question_raw=str(data.get("question_raw", "")),
+            previous_question=str(data.get("previous_question", "")),
+            previous_reply_head=str(data.get("previous_reply_head", "")),
+            history=None if history is None else str(history),
+            cut_at=cut_at if isinstance(cut_at, int) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFacts:
+    """What an answer commits to (proxy.decision.validate extracts them); stored with the record as
+    JSON and parsed once, where the record leaves the store."""
+
+    money: tuple[tuple[float, str], ...] = ()  # (amount, currency)
+    numbers_with_units: tuple[tuple[float, str], ...] = ()  # (1.2, "kg"), (3, "day")
+    dates: tuple[int, ...] = ()  # YYYYMMDD, or MMDD without a year
+    list_items: int = 0  # top-level items of the answer's main list
+    day_sections: int = 0  # highest "Day N" / "第N天" header of an itinerary
+    sentences: int = 0
+    paragraphs: int = 0
+    places: frozenset[str] = field(default_factory=frozenset)
+    products: frozenset[str] = field(default_factory=frozenset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "money": [list(m) for m in self.money],
+            "numbers_with_units": [list(n) for n in self.numbers_with_units],
+            "dates": list(self.dates),
+            "list_items": self.list_items,
+            "day_sections": self.day_sections,
+            "sentences": self.sentences,
+            "paragraphs": self.paragraphs,
+            "places": sorted(self.places),
+            "products": sorted(self.products),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KeyFacts:
+        """Tolerates missing keys, so records written by an older version still load."""
+        return cls(
+            money=tuple((float(v), str(c)) for v, c in data.get("money", ())),
+            numbers_with_units=tuple((float(v), str(u)) for v, u in data.get("numbers_with_units", ())),
+            dates=tuple(int(d) for d in data.get("dates", ())),
+            list_items=int(data.get("list_items", 0)),
+            day_sections=int(data.get("day_sections", 0)),
+            sentences=int(data.get("sentences", 0)),
+            paragraphs=int(data.get("paragraphs", 0)),
+            places=frozenset(data.get("places", ())),
+            products=frozenset(data.get("products", ())),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +226,11 @@ class Record:
     namespace: str
     context_fingerprint: str
     intent: str
-    coarse_tags: Mapping[str, Any]
+    coarse_tags: RecordTags
     vector: bytes
     qvector: bytes
     answer_text: str
-    key_facts: Mapping[str, Any]
+    key_facts: KeyFacts
     model: str
     system_prompt_version: str
     policy_version: str
@@ -148,8 +256,7 @@ class Record:
     def cut_at(self) -> int | None:
         """The token limit the engine cut this answer at (finish_reason "length"), if it did: it
         answers only the very request that set that limit."""
-        value = self.coarse_tags.get(CUT_AT)
-        return value if isinstance(value, int) else None
+        return self.coarse_tags.cut_at
 
 
 @dataclass(frozen=True, slots=True)

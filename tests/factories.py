@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.model import CoarseTags, Record, Signature
+from proxy.model import CoarseTags, KeyFacts, Record, RecordTags, Signature
 from proxy.text.entities import Entities
 
 
@@ -29,11 +29,11 @@ def make_record(**fields: Any) -> Record:
         "namespace": "",
         "context_fingerprint": "fp",
         "intent": "general",
-        "coarse_tags": {},
+        "coarse_tags": RecordTags(),
         "vector": b"",
         "qvector": b"",
         "answer_text": "cached answer",
-        "key_facts": {},
+        "key_facts": KeyFacts(),
         "model": "m",
         "system_prompt_version": "sp",
         "policy_version": "v",

@@ -15,9 +15,9 @@ from typing import Any, TypeVar, cast
 from proxy.decision.change import ChangeVerdict, detect_change
 from proxy.model import REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
 from proxy.policy import IntentPolicy
-from proxy.text.entities import Entities, entities_conflict
+from proxy.text.entities import entities_conflict
 from proxy.text.lexical import context_dependent, reordered, text_similarity
-from proxy.text.normalize import NormalText, fold_space
+from proxy.text.normalize import fold_space
 
 T = TypeVar("T")
 
@@ -49,10 +49,10 @@ def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtere
     out = []
     for cand in candidates:
         tags = cand.record.coarse_tags
-        if tags.get("intent") != sig.tags.intent:
+        if tags.intent != sig.tags.intent:
             out.append(Filtered(cand, Reason.FILTERED_INTENT))
             continue
-        conflicts = entities_conflict(Entities.from_json(tags.get("entities", {})), sig.tags.entities)
+        conflicts = entities_conflict(tags.entities, sig.tags.entities)
         out.append(
             Filtered(cand, Reason.FILTERED_ENTITIES, ",".join(sorted(conflicts))) if conflicts else Filtered(cand)
         )
@@ -68,17 +68,17 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
     if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
         # the conversation moved on since that answer: other turns now sit between them
         return Reason.CONTEXT_MOVED
-    if not cand.same_session and tags.get("history") != sig.history_key:
+    if not cand.same_session and tags.history != sig.history_key:
         # another conversation's answer to the same words after other turns: the vectors of the
         # whole conversations are close, but what was said before may have shaped that answer
         return Reason.OTHER_HISTORY
-    question = str(tags.get("question", ""))
+    question = tags.question
     if question and question != sig.current_text and reordered(sig.current_text, question, loose=not verified):
         return Reason.REORDERED_WORDS
     if (
         not restated
         and context_dependent(sig.current_text)
-        and text_similarity(sig.previous_reply, str(tags.get("previous_reply", ""))) < CONTEXT_REPLY_SIMILARITY
+        and text_similarity(sig.previous_reply, tags.previous_reply) < CONTEXT_REPLY_SIMILARITY
     ):
         return Reason.CONTEXT_DIFFERS
     return None
@@ -195,14 +195,14 @@ class DecisionContext:
         )
 
     def _detect_change(self) -> ChangeVerdict:
-        record = self.best.record
+        tags = self.best.record.coarse_tags
         return detect_change(
             self.sig.current_text,
-            candidate_entities=Entities.from_json(record.coarse_tags.get("entities", {})),
+            candidate_entities=tags.entities,
             request_entities=self.sig.tags.entities,
-            candidate_intent=str(record.coarse_tags.get("intent")),
+            candidate_intent=tags.intent,
             request_intent=self.sig.tags.intent,
-            restated_turn=NormalText(str(record.coarse_tags.get("question", ""))) if self.restated else None,
+            restated_turn=tags.question if self.restated else None,
         )
 
     @property

@@ -33,7 +33,7 @@ from proxy.decision.context import (
     hard_filter,
     lexical_guard,
 )
-from proxy.decision.validate import KeyFacts, constraints_of, validate_answer
+from proxy.decision.validate import constraints_of, validate_answer
 from proxy.model import Candidate, Decision, Reason, Signature, Status
 from proxy.policy import IntentPolicy
 
@@ -124,8 +124,7 @@ def direct_hit(ctx: DecisionContext) -> Decision | None:
 
 
 def answer_validation(ctx: DecisionContext) -> Decision | None:
-    facts = KeyFacts.from_json(dict(ctx.best.record.key_facts))
-    checked = validate_answer(facts, constraints_of(ctx.sig.tags.entities), ctx.policy.validate)
+    checked = validate_answer(ctx.best.record.key_facts, constraints_of(ctx.sig.tags.entities), ctx.policy.validate)
     if checked.ok:
         return None
     return ctx.about_best(Status.MISS, Reason.VALIDATION_FAILED, signals=False, failed_checks=checked.failures)

@@ -12,10 +12,11 @@ intent (ALWAYS_CHECKED); the policy's `validate` list picks the others.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
+from proxy.model import KeyFacts
 from proxy.text.entities import Entities, extract_entities, merge_entities, places_and_products
 from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
 from proxy.text.normalize import NormalText, Segmenter, default_segmenter, normalize_text
@@ -52,49 +53,6 @@ _INLINE_BULLET: Final = re.compile(r"(?:^|(?<=\s))•")
 _DAY_HEADER: Final = re.compile(r"^[\s#>*_\-|]*(?:\d{1,2}[.)、]\s*)?(?:day\s?-?(\d{1,2})\b|第(\d{1,2})天|d(\d{1,2})\b)")
 _DAY_INLINE: Final = re.compile(r"\bday\s?-?(\d{1,2})\b|第(\d{1,2})天")
 _SENTENCE_END: Final = re.compile(r"[.!?](?:\s|$)|[。！？]")
-
-
-@dataclass(frozen=True)
-class KeyFacts:
-    """What an answer commits to; stored with the record as JSON."""
-
-    money: tuple[tuple[float, str], ...] = ()  # (amount, currency)
-    numbers_with_units: tuple[tuple[float, str], ...] = ()  # (1.2, "kg"), (3, "day")
-    dates: tuple[int, ...] = ()  # YYYYMMDD, or MMDD without a year
-    list_items: int = 0  # top-level items of the answer's main list
-    day_sections: int = 0  # highest "Day N" / "第N天" header of an itinerary
-    sentences: int = 0
-    paragraphs: int = 0
-    places: frozenset[str] = field(default_factory=frozenset)
-    products: frozenset[str] = field(default_factory=frozenset)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "money": [list(m) for m in self.money],
-            "numbers_with_units": [list(n) for n in self.numbers_with_units],
-            "dates": list(self.dates),
-            "list_items": self.list_items,
-            "day_sections": self.day_sections,
-            "sentences": self.sentences,
-            "paragraphs": self.paragraphs,
-            "places": sorted(self.places),
-            "products": sorted(self.products),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> KeyFacts:
-        """Tolerates missing keys, so records written by an older version still load."""
-        return cls(
-            money=tuple((float(v), str(c)) for v, c in data.get("money", ())),
-            numbers_with_units=tuple((float(v), str(u)) for v, u in data.get("numbers_with_units", ())),
-            dates=tuple(int(d) for d in data.get("dates", ())),
-            list_items=int(data.get("list_items", 0)),
-            day_sections=int(data.get("day_sections", 0)),
-            sentences=int(data.get("sentences", 0)),
-            paragraphs=int(data.get("paragraphs", 0)),
-            places=frozenset(data.get("places", ())),
-            products=frozenset(data.get("products", ())),
-        )
 
 
 def _list_items(lines: list[str]) -> int:

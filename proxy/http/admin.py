@@ -146,7 +146,7 @@ async def list_records(request: web.Request) -> web.Response:
                 "completion_tokens",
             )
         }
-        item["coarse_tags"] = r.coarse_tags
+        item["coarse_tags"] = r.coarse_tags.to_json()
         if with_answer:
             item["answer_text"] = r.answer_text
         out.append(item)

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
 from redis import exceptions as redis_errors
 
-from proxy.model import LIVE_STATES, Record, RecordState
+from proxy.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags
 from proxy.storage.base import IndexKey, IndexRow, Ref, StoreUnavailable
 
 LIVE = frozenset(LIVE_STATES)
 DEAD = frozenset({RecordState.REJECTED, RecordState.INVALID})
-JSON = ("coarse_tags", "key_facts")
+# the fields stored as JSON, and how each is parsed: once, as the record is read
+JSON: Mapping[str, Callable[[Mapping[str, Any]], RecordTags | KeyFacts]] = {
+    "coarse_tags": RecordTags.from_json,
+    "key_facts": KeyFacts.from_json,
+}
 BLOBS = ("vector", "qvector")
 FLOATS = ("created_at", "ready_at", "expires_at", "last_hit_at", "feedback_score")
 INTS = ("hit_count", "prompt_tokens", "completion_tokens", "label")
@@ -105,7 +109,7 @@ def encode(record: Record) -> dict[str, bytes | str]:
         if f.name == "label" or (f.name == "user" and value is None):
             continue
         if f.name in JSON:
-            out[f.name] = orjson.dumps(value)
+            out[f.name] = orjson.dumps(value.to_json())
         elif f.name in BLOBS:
             out[f.name] = bytes(value)
         elif isinstance(value, float):
@@ -127,12 +131,12 @@ def decode(h: Mapping[bytes, bytes]) -> Record:
             elif f.name in BLOBS:
                 values[f.name] = b""
             elif f.name in JSON:
-                values[f.name] = {}
+                values[f.name] = JSON[f.name]({})
             elif f.name == "answer_text":
                 values[f.name] = ""
             continue
         if f.name in JSON:
-            values[f.name] = orjson.loads(raw)
+            values[f.name] = JSON[f.name](orjson.loads(raw))
         elif f.name in BLOBS:
             values[f.name] = bytes(raw)
         elif f.name in FLOATS:

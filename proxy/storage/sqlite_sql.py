@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from proxy.model import LIVE_STATES, Record, SessionLast
+from proxy.model import LIVE_STATES, KeyFacts, Record, RecordTags, SessionLast
 from proxy.storage.base import INTERNED_ORDER, IndexKey, IndexRow, Selector
 
 # what the vector index and its filter need of a record (see IndexRow): its label, its vector and
@@ -25,7 +25,6 @@ INDEX_COLUMNS = (
 )
 ID_CHUNK = 500  # ids per statement: far below SQLite's bound on host parameters
 
-JSON_COLUMNS = ("coarse_tags", "key_facts")
 # named, not ``*``: a read then knows its columns without a cursor, in one hop to the SQLite thread
 RECORD_COLUMNS = tuple(f.name for f in dataclasses.fields(Record))
 SELECT_RECORDS = "SELECT " + ", ".join(RECORD_COLUMNS)
@@ -143,8 +142,9 @@ def session_last_row(tenant: str, session: str, last: SessionLast) -> tuple[Any,
 
 def record_of(row: Sequence[Any], names: Sequence[str]) -> Record:
     values = dict(zip(names, row, strict=True))
-    for key in JSON_COLUMNS:
-        values[key] = orjson.loads(values[key])
+    # the tags and key facts parsed once, as the record is read, for every decision that reads it
+    values["coarse_tags"] = RecordTags.from_json(orjson.loads(values["coarse_tags"]))
+    values["key_facts"] = KeyFacts.from_json(orjson.loads(values["key_facts"]))
     return Record(**values)
 
 
@@ -174,8 +174,8 @@ def record_row(record: Record) -> dict[str, Any]:
     # shallow: asdict deep-copies the vectors, the answer and the tags only to have them encoded
     # below, on every write
     values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "label"}
-    for key in JSON_COLUMNS:
-        values[key] = orjson.dumps(values[key]).decode()
+    values["coarse_tags"] = orjson.dumps(record.coarse_tags.to_json()).decode()
+    values["key_facts"] = orjson.dumps(record.key_facts.to_json()).decode()
     values["state"] = str(values["state"])
     values["scope"] = str(values["scope"])
     return values

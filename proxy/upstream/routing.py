@@ -27,7 +27,8 @@ def shared_prefix_chars(req: ChatRequest, sig: Signature, record: Record) -> int
     if record.system_prompt_version != sig.system_prompt_version:
         return 0
     shared = len(req.system_text)
-    if record.coarse_tags.get("history") == sig.history_key and record.coarse_tags.get("turn") == sig.turn_index:
+    tags = record.coarse_tags
+    if tags.history == sig.history_key and tags.turn == sig.turn_index:
         last_user = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=0)
         shared += sum(len(m.text) for m in req.messages[:last_user] if m.role not in SYSTEM_ROLES)
     return shared

@@ -10,8 +10,7 @@ without end and never an unverified hit).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
 from proxy.model import Candidate, Record, Signature
@@ -34,11 +33,9 @@ def request_side(sig: Signature) -> PairSide:
 def record_side(record: Record) -> PairSide:
     """The side a record stored when it was written; records from before the verifier kept only
     the normalised question and reply, which still read better than nothing."""
-    tags: Mapping[str, Any] = record.coarse_tags
+    tags = record.coarse_tags
     return PairSide(
-        str(tags.get("question_raw") or tags.get("question", "")),
-        str(tags.get("previous_question", "")),
-        str(tags.get("previous_reply_head") or tags.get("previous_reply", "")),
+        tags.question_raw or tags.question, tags.previous_question, tags.previous_reply_head or tags.previous_reply
     )
 
 

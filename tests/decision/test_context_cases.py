@@ -128,10 +128,10 @@ async def test_thanks_and_width_variants_still_hit(parts: Parts, first: str, sec
 async def test_a_three_day_answer_fails_validation_for_a_five_day_request(parts: Parts) -> None:
     five = await sign(parts, "帮我规划一个杭州五天的行程")
     answer = "第一天：西湖。\n第二天：灵隐寺。\n第三天：千岛湖。"
-    rec = dataclasses.replace(record_of(five, answer), key_facts=extract_key_facts(answer).to_json())
+    rec = dataclasses.replace(record_of(five, answer), key_facts=extract_key_facts(answer))
     policy = parts.policy_box.policy.for_intent(five.tags.intent)
     d = decide([Candidate(rec, 1.0, 1.0)], five, policy)
     assert (d.status, d.reason) == (Status.MISS, "validation_failed")
     good = "第一天：西湖。\n第二天：灵隐寺。\n第三天：千岛湖。\n第四天：乌镇。\n第五天：宋城。"
-    rec = dataclasses.replace(record_of(five, good), key_facts=extract_key_facts(good).to_json())
+    rec = dataclasses.replace(record_of(five, good), key_facts=extract_key_facts(good))
     assert decide([Candidate(rec, 1.0, 1.0)], five, policy).status is Status.HIT

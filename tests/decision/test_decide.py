@@ -25,10 +25,10 @@ from proxy.decision.decide import (
     verification,
     verification_rounds,
 )
-from proxy.model import Candidate, Decision, Reason, Record, Signature, Status
+from proxy.model import Candidate, Decision, KeyFacts, Reason, Record, RecordTags, Signature, Status
 from proxy.policy import IntentPolicy
 from proxy.text.entities import Entities, extract_entities
-from proxy.text.normalize import normalize_text
+from proxy.text.normalize import NormalText, normalize_text
 from tests import factories
 
 # Reasons the plan gives before any candidate is looked up (request shape, session, policy) or
@@ -94,26 +94,26 @@ def make_record(
     intent: str = "support",
     entities: Entities | None = None,
     answer: str = "Hold the reset button for ten seconds.",
-    key_facts: Mapping[str, Any] | None = None,
+    key_facts: KeyFacts | None = None,
     request_hash: str = "other",
     previous_reply: str = "",
     history: str | None = "",
 ) -> Record:
-    tags = {
-        "intent": intent,
-        "entities": (entities or Entities()).to_json(),
-        "question": question,
-        "previous_reply": previous_reply,
-        "turn": 2,
-        "question_raw": question,
-        **({} if history is None else {"history": history}),
-    }
+    tags = RecordTags(
+        intent=intent,
+        entities=entities or Entities(),
+        question=NormalText(question),
+        previous_reply=previous_reply,
+        turn=2,
+        question_raw=question,
+        history=history,
+    )
     return factories.make_record(
         cache_id=cache_id,
         intent=intent,
         coarse_tags=tags,
         answer_text=answer,
-        key_facts=key_facts or {},
+        key_facts=key_facts or KeyFacts(),
         request_hash=request_hash,
     )
 
@@ -201,7 +201,7 @@ CASES = [
         # the constraints are the request's entities: its tags, read from the normalised turns
         [
             make_candidate(
-                record=make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts={"list_items": 3})
+                record=make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3))
             )
         ],
         sig=make_sig("give me 5 tips for packing", entities=FIVE_TIPS),
@@ -408,7 +408,7 @@ def test_the_previous_turn_asked_again_still_meets_every_later_net() -> None:
         [conflicting], make_sig(ASKED_AGAIN, entities=OSLO, previous_reply_head=SEEN), policy, verdicts={"sc-1": 0.99}
     )
     assert d.reason is Reason.FILTERED_ENTITIES
-    short = previous_turn(question="give me 5 tips for packing", key_facts={"list_items": 3}, entities=FIVE_TIPS)
+    short = previous_turn(question="give me 5 tips for packing", key_facts=KeyFacts(list_items=3), entities=FIVE_TIPS)
     sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS, previous_reply_head=SEEN)
     assert decide([short], sig, policy, verdicts={"sc-1": 0.99}).reason is Reason.VALIDATION_FAILED
 
@@ -451,10 +451,10 @@ REPEAT = make_record(request_hash="req", cache_id="sc-repeat", answer="the answe
     ("sig", "record", "other_reason"),
     [
         # the record holds no entity the request names: another record is a modification
-        (make_sig(entities=OSLO), dataclasses.replace(REPEAT, coarse_tags={**REPEAT.coarse_tags}), "modifies_context"),
+        (make_sig(entities=OSLO), REPEAT, "modifies_context"),
         (
             make_sig(),
-            dataclasses.replace(REPEAT, coarse_tags={**REPEAT.coarse_tags, "history": "h-o"}),
+            dataclasses.replace(REPEAT, coarse_tags=dataclasses.replace(REPEAT.coarse_tags, history="h-o")),
             "other_history",
         ),
         (
@@ -483,7 +483,7 @@ def test_the_exact_repeat_comes_before_a_nearer_candidate_and_still_meets_answer
     d = decide([near, repeat], make_sig(), make_policy())
     assert (d.status, d.reason, d.record and d.record.cache_id) == (Status.HIT, Reason.EXACT_REPEAT, "sc-repeat")
     three = make_record(
-        "give me 5 tips for packing", request_hash="req", entities=FIVE_TIPS, key_facts={"list_items": 3}
+        "give me 5 tips for packing", request_hash="req", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3)
     )
     d = decide(
         [make_candidate(record=three)], make_sig("give me 5 tips for packing", entities=FIVE_TIPS), make_policy()
@@ -576,7 +576,7 @@ def test_without_verify_accept_no_alternate_is_read() -> None:
 
 def test_the_count_a_request_asks_for_is_checked_whatever_the_intents_validate_list() -> None:
     """Issue 38.5: chitchat validates nothing, and 'List 5 tips' was served a 3-item answer."""
-    record = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts={"list_items": 3})
+    record = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3))
     sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS)
     d = decide([make_candidate(record=record)], sig, make_policy(validate=()))
     assert (d.status, d.reason, d.failed_checks) == (Status.MISS, Reason.VALIDATION_FAILED, ("count:3!=5",))

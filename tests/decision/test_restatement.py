@@ -21,6 +21,7 @@ from proxy.parts import Parts, open_parts
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.signing.intent import IntentClassifier
+from proxy.text.entities import Entities
 from proxy.text.lexical import names_in, restates, statements
 from tests.conftest import ProxyFactory, Upstream
 from tests.decision.test_context_cases import record_of, sign
@@ -259,7 +260,7 @@ async def test_a_restatement_keeps_its_turns_change_phrase_and_may_be_classed_ot
     gap1 = Candidate(record, 0.5, 0.5, same_session=True, turn_gap=1)
     d = decide([gap1], request, policy)
     assert (d.status, d.reason) == (Status.HIT, "restatement"), d
-    other = dataclasses.replace(record, coarse_tags={**record.coarse_tags, "intent": "customer_support"})
+    other = dataclasses.replace(record, coarse_tags=dataclasses.replace(record.coarse_tags, intent="customer_support"))
     d = decide([dataclasses.replace(gap1, record=other)], request, policy)
     assert (d.status, d.reason) == (Status.HIT, "restatement"), d
     assert (
@@ -268,8 +269,8 @@ async def test_a_restatement_keeps_its_turns_change_phrase_and_may_be_classed_ot
         ).reason
         == "filtered:intent"
     )
-    elsewhere = {"places": ["北京"], "products": [], "people": [], "numbers": [], "areas": []}
-    conflicting = dataclasses.replace(record, coarse_tags={**record.coarse_tags, "entities": elsewhere})
+    elsewhere = Entities(places=frozenset({"北京"}))
+    conflicting = dataclasses.replace(record, coarse_tags=dataclasses.replace(record.coarse_tags, entities=elsewhere))
     request_there = dataclasses.replace(
         request,
         tags=dataclasses.replace(

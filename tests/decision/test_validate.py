@@ -4,13 +4,8 @@ import json
 
 import pytest
 
-from proxy.decision.validate import (
-    Constraints,
-    KeyFacts,
-    extract_constraints,
-    extract_key_facts,
-    validate_answer,
-)
+from proxy.decision.validate import Constraints, extract_constraints, extract_key_facts, validate_answer
+from proxy.model import KeyFacts
 
 LAPTOPS_7500_9000 = """根据你的需求，推荐以下三款编程轻薄本：
 1. ThinkPad X1 Carbon：约7500元，重量1.1kg

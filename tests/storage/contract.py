@@ -12,12 +12,29 @@ from typing import Any
 
 import pytest
 
-from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags, SessionLast
 from proxy.storage.base import Count, RecordStore, Ref, Selector, StoreMismatch, Usage
+from proxy.text.entities import Entities
+from proxy.text.normalize import NormalText
+from proxy.text.numbers import NumericConstraint
 from tests import factories
 from tests.factories import unit_vector
 
 DIM = 4
+# every field set, so that a read back equal to what was written shows the backend kept each one
+TAGS = RecordTags(
+    intent="general",
+    entities=Entities(places=frozenset({"巴黎"}), numbers=(NumericConstraint("budget", 8000.0, "EUR", "<="),)),
+    question=NormalText("巴黎3天"),
+    previous_reply="好的",
+    turn=2,
+    question_raw="巴黎三天",
+    previous_question="我想去巴黎",
+    previous_reply_head="好的，",
+    history="h",
+    cut_at=64,
+)
+FACTS = KeyFacts(money=((7999.0, "EUR"),), dates=(20261205,), list_items=3, places=frozenset({"巴黎"}))
 NOW = 1_000_000.0
 
 
@@ -31,11 +48,11 @@ def make_record(n: int = 0, **changes: Any) -> Record:
         "cache_id": f"sc-{n:04d}",
         "tenant": "t1",
         "session": "s1",
-        "coarse_tags": {"intent": "general", "turn": 1, "entities": {"places": ["巴黎"]}},
+        "coarse_tags": TAGS,
         "vector": vector(n),
         "qvector": vector(n + 1000),
         "answer_text": f"answer {n} — 答案",
-        "key_facts": {"numbers": [8000]},
+        "key_facts": FACTS,
         "system_prompt_version": "sp1",
         "policy_version": "p1",
         "request_hash": f"h{n}",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from proxy.model import Decision, Reason, Record, Signature, Status
+from proxy.model import Decision, Reason, Record, RecordTags, Signature, Status
 from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.upstream.routing import routing_session, shared_prefix_chars
 from tests.factories import make_record, make_signature
@@ -42,7 +42,11 @@ def signature(*, history_key: str = HISTORY, turn: int = 2, version: str = "sp")
 
 def record(*, session: str = "theirs", tenant: str = "t", history: str = HISTORY, turn: int = 2) -> Record:
     return make_record(
-        tenant=tenant, session=session, scope="tenant", intent="travel", coarse_tags={"history": history, "turn": turn}
+        tenant=tenant,
+        session=session,
+        scope="tenant",
+        intent="travel",
+        coarse_tags=RecordTags(history=history, turn=turn),
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from proxy.model import Candidate, CoarseTags, Record, Signature
+from proxy.model import Candidate, CoarseTags, KeyFacts, Record, RecordTags, Signature
 from proxy.text.entities import Entities
 from proxy.verify import PairSide, Verifier
 from proxy.verify.batching import BatchingVerifier, VerifierBusy, record_side, request_side
@@ -141,10 +141,11 @@ def signature(question_raw: str = "", previous_question: str = "", previous_repl
 
 
 def record(cache_id: str, **tags: str) -> Record:
+    """A record whose tags are stored as ``tags`` (their JSON form, as an older version wrote them)."""
     return Record(cache_id=cache_id, tenant="t", user=None, scope="session", session="s", namespace="",
-                  context_fingerprint="", intent="general", coarse_tags=tags, vector=b"", qvector=b"",
-                  answer_text="", key_facts={}, model="m", system_prompt_version="", policy_version="",
-                  request_hash="")  # fmt: skip
+                  context_fingerprint="", intent="general", coarse_tags=RecordTags.from_json(tags), vector=b"",
+                  qvector=b"", answer_text="", key_facts=KeyFacts(), model="m", system_prompt_version="",
+                  policy_version="", request_hash="")  # fmt: skip
 
 
 def test_sides_read_the_context_and_fall_back_for_old_records() -> None:
