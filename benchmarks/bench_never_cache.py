@@ -19,12 +19,17 @@ Labelled sets:
 
 What is measured is the never-cache decision of the intent classifier short of its exemplars
 (``IntentClassifier.never_cached``: the rules, the policy's forcing keywords of never-cached
-intents, the carry-over), under the shipped policy or ``--policy``; no embedding model runs.
+intents, the learned reader over each turn's vector, the carry-over), under the shipped policy or
+``--policy``. The reader reads the turns the signer embeds for a request (the current one and the
+three before it), with the policy's embedding pack from ``--model-home``; ``--rules-only`` leaves
+it out (no model runs), which is the rules' own figure. The reader never trained on a row
+measured here (proxy/tools/never_cache/data.py keeps them out).
 A false bypass is an "other" utterance read as never-cache: it costs an upstream call. "After a
 caught turn" is the recall of never-cache follow-ups whose previous turn was never-cache and read
 so: the carry-over's own share, apart from the single-turn rules missing a conversation's start.
 
-    .venv/bin/python benchmarks/bench_never_cache.py [--data ../shared/data] [--per-source 100] [--json OUT]
+    .venv/bin/python benchmarks/bench_never_cache.py [--data ../shared/data] [--per-source 100] \
+        [--model-home DIR] [--rules-only] [--json OUT]
 """
 
 from __future__ import annotations
@@ -36,12 +41,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from measurement import DEFAULT_MODEL_HOME
 from rich.console import Console
 from rich.table import Table
 
+from proxy.embedding.backends import SyncEmbedder
+from proxy.embedding.packs import load_embedder
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
+from proxy.signing.conversation import Normalizer
 from proxy.signing.intent import IntentClassifier
+from proxy.signing.never_cache_head import head_for
+from proxy.signing.signer import SignerSettings
 
 HERE = Path(__file__).resolve().parent
 CLASSES = ("realtime", "medical", "other")
@@ -131,12 +142,23 @@ def from_data(data: Path, per_source: int) -> list[Case]:
 
 
 class Judge:
-    """The classifier's never-cache decision with no exemplars: rules, keywords, carry-over."""
+    """The classifier's never-cache decision with no exemplars: rules, keywords, the learned
+    reader where an embedder is given, carry-over."""
 
-    def __init__(self, policy: Path) -> None:
-        self._classifier = IntentClassifier(load_policy(policy), [], np.zeros((0, 1), dtype=np.float32))
+    def __init__(self, policy: Path, embedder: SyncEmbedder | None) -> None:
+        loaded = load_policy(policy)
+        reader = head_for(embedder.name) if embedder is not None else None
+        self._classifier = IntentClassifier(loaded, [], np.zeros((0, 1), dtype=np.float32), reader=reader)
+        self._embedder = embedder
+        self._normalize = Normalizer()
+        self._window = SignerSettings().topic_window
 
     def __call__(self, case: Case) -> str:
+        if self._embedder is not None:
+            # the turns a request's signer embeds: the current one and the recent ones before it
+            turns = [*case.before[-self._window :], case.text]
+            for turn, vector in zip(turns, self._embedder.embed([self._normalize(t) for t in turns]), strict=True):
+                self._classifier.learn(turn, vector)
         found = self._classifier.never_cached([*case.before, case.text])
         return found.intent if found else "other"
 
@@ -221,14 +243,19 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=HERE.parent.parent / "shared" / "data")
     ap.add_argument("--per-source", type=int, default=100)
     ap.add_argument("--policy", type=Path, default=DEFAULT_POLICY)
+    ap.add_argument("--model-home", type=Path, default=DEFAULT_MODEL_HOME)
+    ap.add_argument("--rules-only", action="store_true", help="leave the learned reader out (no model runs)")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
+    model = load_policy(args.policy).embedding_model or "use-multilingual"
+    embedder = None if args.rules_only else load_embedder(model, args.model_home)
     cases = hand_written(HERE / "data" / "never_cache_utterances.tsv")
     for name in ("conversations", "heldout"):
         for lang in ("en", "zh"):
             cases += conversations(HERE / "data" / f"never_cache_{name}_{lang}.txt")
     cases += from_data(args.data, args.per_source)
-    results = report(cases, Judge(args.policy))
+    results = report(cases, Judge(args.policy, embedder))
+    results["reader"] = "off" if embedder is None else embedder.name
     console = Console(width=200)
     classes = Table(title=f"never-cache rules by class: {len(cases)} utterances")
     for col in ("lang", "class", "support", "precision", "recall"):

@@ -130,6 +130,9 @@ class ClassifierSettings:
     # A turn whose intent changed starts a new topic unless it scores at least this against the
     # centroid of the last turns; like every similarity here, it is on the embedding's own scale.
     topic_switch_similarity: float = 0.95
+    # the learned never-cache reader (proxy/signing/never_cache_head.py), where weights exist for
+    # the embedding pack; off, only the rules and the forcing keywords name never-cache turns
+    never_cache_reader: bool = True
 
 
 @dataclass(frozen=True)
@@ -336,7 +339,10 @@ def _check_forced_keywords(intents: Mapping[str, IntentPolicy], source: str) -> 
 
 def _classifier(block: Mapping[str, Any], source: str) -> ClassifierSettings:
     _only_keys(
-        block, ("min_similarity", "margin", "followup_max_chars", "topic_switch_similarity"), "classifier", source
+        block,
+        ("min_similarity", "margin", "followup_max_chars", "topic_switch_similarity", "never_cache_reader"),
+        "classifier",
+        source,
     )
     values = {key: _coerce(key, value, f"classifier.{key}", source) for key, value in block.items()}
     return ClassifierSettings(**values)

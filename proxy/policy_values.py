@@ -108,6 +108,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "margin": _as_unit,
         "followup_max_chars": _as_positive_int,
         "topic_switch_similarity": _as_unit,
+        "never_cache_reader": _as_bool,
     }
 )
 

@@ -11,6 +11,12 @@ such rule, read in the user's own words (not in a text handed over to translate)
 medical keywords decide nothing, forced or as the exemplars' fallback: the rules read those words
 finer ("What is an exchange rate?", 天气 in a text to translate) and have had their say.
 
+A learned reader (proxy/signing/never_cache_head.py) reads each turn's own vector for what no
+rule names ("My left eye has been twitching", "三亚这几天风浪大不大"); a turn it reads as never-cache
+counts as one the rules named, carried over the same way. It needs the turn's vector, so it reads
+the turns the signer embeds (the current one and the recent ones) and remembers its verdict per
+text for the later requests of the conversation.
+
 Exemplars are embedded once when a policy is loaded (with the cache's own embedder), so a
 request costs one matrix product here. Short follow-ups ("and the breakfast?") carry too
 little signal: they inherit the conversation's running intent, unless that intent is never
@@ -27,8 +33,9 @@ import numpy as np
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.lru import LruDict
 from proxy.policy import Policy
+from proxy.signing.never_cache_head import NeverCacheHead, head_for
 from proxy.text.carry_over import TurnReading, carried, read_turn
-from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch
+from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch, fold
 from proxy.text.normalize import NormalText
 from proxy.text.phrases import KeywordRules
 
@@ -44,8 +51,17 @@ class IntentGuess:
 
 
 class IntentClassifier:
-    def __init__(self, policy: Policy, names: Sequence[str], matrix: np.ndarray, *, reading_cache: int = 8192) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        names: Sequence[str],
+        matrix: np.ndarray,
+        *,
+        reading_cache: int = 8192,
+        reader: NeverCacheHead | None = None,
+    ) -> None:
         self.policy = policy
+        self.reader = reader
         self._names = list(names)
         # exemplars grouped by intent (first-seen order), so one reduceat gives each intent's best
         self._intents = list(dict.fromkeys(self._names))
@@ -69,19 +85,23 @@ class IntentClassifier:
         )
         # history turns come back with every request: each is read once per policy
         self._readings: LruDict[str, TurnReading] = LruDict(reading_cache)
+        # the learned reader's verdict per turn as written (None: read as other)
+        self._learned: LruDict[str, NeverCacheMatch | None] = LruDict(reading_cache)
 
     @classmethod
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
         names = [n for n, p in policy.intents.items() for _ in p.exemplars]
         texts = [e for p in policy.intents.values() for e in p.exemplars]
         matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
-        return cls(policy, names, matrix)
+        reader = head_for(embedder.backend.name) if policy.classifier.never_cache_reader else None
+        return cls(policy, names, matrix, reader=reader)
 
     def classify(
         self, text: NormalText, vector: np.ndarray, *, running: str | None = None, asked: Sequence[str] = ()
     ) -> IntentGuess:
         """``asked``: the conversation's user turns as written, oldest first, this one last; the
         never-cache rules read them. Without them, ``text`` alone."""
+        self.learn(asked[-1] if asked else text, vector)
         never = self.never_cached(asked or (text,))
         if never is not None:
             return IntentGuess(never.intent, 1.0, forced=True)
@@ -105,8 +125,23 @@ class IntentClassifier:
         """The never-cache intent of the last of ``asked`` (a conversation's user turns as written),
         from the rules and this policy's forcing keywords of never-cached intents, carried over by
         proxy.text.carry_over; None where the policy caches what the rules name."""
-        found = carried([self._readings.remember(turn, self._read) for turn in asked])
+        found = carried([self._reading(turn) for turn in asked])
         return found if found is not None and found.intent in self._never_cached else None
+
+    def learn(self, turn: str, vector: np.ndarray) -> None:
+        """The learned reader's verdict on a turn as written, from its vector, kept for the turns
+        after it (which arrive without it)."""
+        if self.reader is not None:
+            self._learned.put(turn, self.reader.read(vector))
+
+    def _reading(self, turn: str) -> TurnReading:
+        reading = self._readings.remember(turn, self._read)
+        # the vector reads the whole turn: where it hands material over ("Translate: Breaking
+        # news ..."), it reads the material, which asks nothing
+        own_words = reading.asked == fold(turn).strip()
+        if reading.match is None and own_words and (learned := self._learned.get(turn)) is not None:
+            return replace(reading, match=learned)
+        return reading
 
     def _read(self, turn: str) -> TurnReading:
         reading = read_turn(turn)
