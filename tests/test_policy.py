@@ -496,3 +496,30 @@ def test_shipped_policy_loads_without_deprecated_keys() -> None:
         shipped = load_policy(DEFAULT_POLICY)
     # no shipped verifier weights yet: no intent verifies, so the accept zone decides as before
     assert all(intent.verify_accept is None for intent in shipped.intents.values())
+
+
+# The embedding model a policy's similarity numbers belong to, and the topic-switch scale.
+def stamped(**top: object) -> dict[str, Any]:
+    return {**minimal(), **top}
+
+
+def test_policy_declares_its_model_and_topic_switch_scale() -> None:
+    data = stamped(embedding_model="use-multilingual", classifier={"topic_switch_similarity": 0.8})
+    policy = parse_policy(data, "mem.yaml")
+    assert policy.embedding_model == "use-multilingual"
+    assert policy.classifier.topic_switch_similarity == 0.8
+    assert parse_policy(stamped(), "mem.yaml").embedding_model is None
+
+
+@pytest.mark.parametrize(
+    ("top", "key"),
+    [
+        ({"embedding_model": ""}, "embedding_model"),
+        ({"embedding_model": 3}, "embedding_model"),
+        ({"classifier": {"topic_switch_similarity": 1.5}}, "classifier.topic_switch_similarity"),
+    ],
+)
+def test_bad_model_stamps_are_refused_naming_the_key(top: dict[str, object], key: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(stamped(**top), "mem.yaml")
+    assert err.value.key == key

@@ -14,7 +14,8 @@ from proxy.lru import LruDict
 from proxy.model import Record, RecordState, SessionLast
 from proxy.storage.base import Selector
 from proxy.storage.recent import RecentRecords
-from proxy.storage.sqlite import SqliteStore
+from proxy.storage.sqlite import SqliteStore, StoreMismatch
+from tests.factories import unit_vector
 from tests.storage.contract import RecordStoreContract, make_record
 
 
@@ -244,3 +245,35 @@ class TestRecentRecordsInMemory:
             await store.get_many([label])
         assert len(store._recent) == 3
         assert await store.get_many(labels) == await self.fresh_read(tmp_path, labels)
+
+
+# The store is stamped with the embedding model of its vectors and refuses another.
+def record_of_dim(dim: int) -> Record:
+    vec = unit_vector(dim)
+    return make_record(vector=vec, qvector=vec)
+
+
+async def test_store_is_stamped_and_refuses_another_model(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    await store.claim_embedding("model-a", 4)
+    await store.claim_embedding("model-b", 8)  # empty: re-stamped, nothing to compare
+    await store.insert(record_of_dim(dim=8))
+    await store.claim_embedding("model-b", 8)
+    for model, dim in (("model-a", 8), ("model-b", 4)):
+        with pytest.raises(StoreMismatch) as err:
+            await store.claim_embedding(model, dim)
+        assert "model-b dim=8" in str(err.value) and "data_dir" in str(err.value)
+    await store.close()
+
+
+async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was_written_with(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    await store.insert(record_of_dim(dim=384))  # written by a version that stamped nothing
+    with pytest.raises(StoreMismatch, match="an unrecorded model"):
+        await store.claim_embedding("use-multilingual", 512)
+    await store.claim_embedding("e5-small-multilingual", 384)  # the default of those versions
+    with pytest.raises(StoreMismatch, match="e5-small-multilingual dim=384"):
+        await store.claim_embedding("use-multilingual", 512)
+    await store.close()
