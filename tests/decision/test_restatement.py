@@ -24,8 +24,8 @@ from proxy.signing.intent import IntentClassifier
 from proxy.text.entities import Entities
 from proxy.text.lexical import names_in, restates, statements
 from tests.conftest import ProxyFactory, Upstream
-from tests.decision.test_context_cases import record_of, sign
 from tests.e2e.test_e2e_core import chat
+from tests.e2e.test_multi_turn_context import record_of, sign
 
 OSLO = ["how cold will it get in Oslo", "Tomorrow Oslo drops to -8C at night."]
 PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf at 12 Birch Road."]

@@ -10,8 +10,8 @@ from pathlib import Path
 from proxy.http import keys
 from proxy.settings import DEFAULT_POLICY
 from tests.conftest import Proxy, ProxyFactory, Upstream
-from tests.decision.test_context_cases import HANGZHOU_TRIP
 from tests.e2e.test_e2e_core import ask, chat
+from tests.e2e.test_multi_turn_context import HANGZHOU_TRIP
 
 JOKE = "Tell me a joke"
 
