@@ -1,5 +1,8 @@
-"""Restatements: a spelled-out question right after its elliptical version is the same request
-(proxy.text.lexical.restates), served by the previous turn's answer; anything new makes it another."""
+"""Restatements: a spelled-out question right after its elliptical version is the same request,
+served by the previous turn's answer; anything new makes it another. The signer flags it
+(restates_previous), decide serves the restated turn, the cache keeps that turn a candidate and the
+proxy answers it, under a policy that reads restatements (the lexical rule itself:
+tests/text/test_lexical.py)."""
 
 from __future__ import annotations
 
@@ -22,89 +25,9 @@ from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.signing.intent import IntentClassifier
 from proxy.text.entities import Entities
-from proxy.text.lexical import names_in, restates, statements
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import chat
 from tests.e2e.test_multi_turn_context import record_of, sign
-
-OSLO = ["how cold will it get in Oslo", "Tomorrow Oslo drops to -8C at night."]
-PHARMACY = ["find me the closest pharmacy", "The closest pharmacy is Greenleaf at 12 Birch Road."]
-
-
-@pytest.mark.parametrize(
-    ("previous", "current", "context", "expected"),
-    [
-        # the elliptical turn, spelled out with words of the earlier user turn
-        ("Tomorrow.", "How cold will it get in Oslo tomorrow?", OSLO, True),
-        (
-            "Friday at 9am.",
-            "Book the dentist appointment for Friday at 9am.",
-            ["I need to book a dentist appointment"],
-            True,
-        ),
-        # pointers replaced by what the stated reply named
-        (
-            "How long does it take to get there?",
-            "How long does it take to get to Greenleaf pharmacy at 12 Birch Road?",
-            PHARMACY,
-            True,
-        ),
-        (
-            "明天上午。",
-            "帮我查一下明天上午去上海的高铁",
-            ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"],
-            True,
-        ),
-        # something new: another city, a negation, another time
-        ("Tomorrow.", "How cold will it get in Bergen tomorrow?", OSLO, False),
-        ("Tomorrow.", "How cold will it not get in Oslo tomorrow?", OSLO, False),
-        (
-            "明天上午。",
-            "帮我查一下明天下午去上海的高铁",
-            ["帮我查一下去上海的高铁", "明天上午有G101次，8点出发。"],
-            False,
-        ),
-        # words only an offer held: the user may not have taken it
-        (
-            "What about Chinese?",
-            "What about Chinese food in the north part of town?",
-            [
-                "I want Italian food in the south part of town",
-                statements("None in the south. Would you like the north?"),
-            ],
-            False,
-        ),
-        # the previous turn stood on its own: a longer question narrows it
-        (
-            "What is the best way to learn the Rust programming language quickly",
-            "What is the best way to learn the Rust programming language quickly for work",
-            ["I use Rust at work"],
-            False,
-        ),
-        # the previous turn's own words dropped, or nothing added: not a restatement
-        ("Tomorrow.", "How cold will it get in Oslo?", OSLO, False),
-        ("Tomorrow.", "tomorrow", OSLO, False),
-    ],
-)
-def test_restates(previous: str, current: str, context: list[str], expected: bool) -> None:
-    assert restates(previous, current, context) is expected
-
-
-@pytest.mark.parametrize(
-    ("raw", "names"),
-    [
-        ("May I have the phone number?", False),
-        ("OK, please give me directions via a route that avoids all heavy traffic.", False),
-        ("Yes please. I need it.", False),
-        ("What is the best way to learn the Rust programming language quickly", True),
-        ("call Jack please", True),
-        ("Is there an ATM nearby?", True),
-        ("Book it for 5pm", True),
-        ("帮我查一下", True),  # no capitals to tell a name by: always taken as naming
-    ],
-)
-def test_names_in(raw: str, names: bool) -> None:
-    assert names_in(raw) is names
 
 
 async def test_a_turn_that_names_nothing_is_restated_with_the_name_the_conversation_gave(parts: Parts) -> None:
@@ -135,56 +58,6 @@ async def test_a_reply_that_ends_with_an_offer_settles_nothing(parts: Parts) -> 
     turns = ("I want Italian food in the south part of town", offer, "What about Chinese?", "Sure.")
     assert not (await sign(parts, *turns, "What about Chinese food in the north part of town?")).restates_previous
     assert (await sign(parts, *turns, "What about Chinese food in the south part of town?")).restates_previous
-
-
-def test_pointers_and_attaching_words_are_not_what_a_restatement_adds() -> None:
-    context = [statements("Wagamama is a Japanese restaurant in the centre.")]
-    assert restates("Yes, what is their phone number?", "Yes, what is the phone number of Wagamama?", context)
-    assert restates("I don't care.", "I don't care about the price range.", ["any price range is fine"])
-    # the same turn again adds nothing: a repeat, judged as one, not a restatement
-    assert not restates("What is their phone number?", "what is their phone number", context)
-
-
-def test_statements_keep_what_a_reply_states_and_drop_its_offers() -> None:
-    text = "There is none in the south. Would you like the north? It opens at 9. 要不要换成北边？好的。"
-    assert statements(text) == "There is none in the south. It opens at 9. 好的。"
-
-
-@pytest.mark.parametrize(
-    ("question", "settles"),
-    [
-        # which value a slot takes: the slot's words, no value
-        ("What type of food would you like?", True),
-        ("What area would you like?", True),
-        ("How many people will be dining?", True),
-        ("您想吃什么菜？", True),
-        ("请问您几点出发？", True),
-        # a value or a choice offered, which the user may not have taken
-        ("How about Sala Thong?", False),
-        ("What about the north part of town?", False),
-        ("What do you think of the Italian place?", False),
-        ("What kind of food, Italian or Indian?", False),
-        ("Which do you prefer, Curry Prince?", False),
-        ("What time, 7pm?", False),
-        ("Would you like their phone number?", False),
-        ("川菜还是粤菜？", False),
-        ("你觉得全聚德怎么样？", False),
-        ("要不要换成北边？", False),
-    ],
-)
-def test_a_question_for_a_slot_settles_its_words_and_an_offer_does_not(question: str, settles: bool) -> None:
-    reply = f"There are nine restaurants in the south. {question}"
-    assert statements(reply) == (reply if settles else "There are nine restaurants in the south.")
-
-
-def test_a_short_answer_to_a_question_for_a_slot_is_restated_with_the_slot() -> None:
-    """ "I don't care." answers "What kind of food would you like?"; naming the slot says no more. A
-    value the question never offered is still news."""
-    context = ["I need a restaurant in the south part of town", statements("What kind of food would you like?")]
-    assert restates("I don't care.", "I don't care about what kind of food.", context)
-    assert not restates("I don't care.", "I don't care about what kind of Thai food.", context)
-    offered = ["I need a restaurant in the south part of town", statements("How about Thai food?")]
-    assert not restates("I don't care.", "I don't care about Thai food.", offered)
 
 
 def restating_policy(tmp_path: Path) -> Path:
