@@ -362,6 +362,21 @@ _MEDICAL_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 # ("the weather in Kyoto in November"), how weather works ("台风是怎么形成的"); the last two hold
 # only where the turn names no moment.
 _DISCOURSE_NOW: Final = re.compile(r"^now,? (?=[a-z])")
+# a task whose time words say when to do it or what to write about, not what is true now:
+# "Schedule a meeting at 4pm later this week", "Help me write a headline on the latest discovery",
+# "请帮我构建一个关于最新发现的文章标题"
+_SCHEDULING: Final = re.compile(
+    r"^(?:(?:can|could|would|will) you (?:kindly |please )?|please |kindly )*"
+    r"(?:schedule|reschedule|make an appointment|book an? (?:meeting|appointment|room)|"
+    r"set (?:up )?(?:a|an|my) (?:reminder|alarm|appointment|meeting)|remind me|"
+    r"(?:add|put) .{0,60} (?:to|in|into|on) (?:my |the )?calendar)"
+)
+_WRITING: Final = re.compile(
+    r"^(?:(?:can|could|would) you |please |help me |i need you to )*"
+    r"(?:write|draft|compose|construct|create|craft|come up with|generate|suggest)\b.{0,40}?"
+    + whole_words(r"headlines?|titles?|articles?|essays?|poems?|stor(?:y|ies)|posts?|tweets?|slogans?|captions?")
+    + r"|^(?:请)?(?:帮我|给我|为我)?(?:写|构建|起|拟|创作|编|想)[^?？]{0,30}?(?:标题|文章|诗|故事|文案|口号|推文)"
+)
 _HYPOTHETICAL: Final = re.compile(r"^(?:imagine|suppose|pretend|let's say|假设|想象|假如)")
 _CLIMATE_EN: Final = re.compile(
     whole_words(r"in|during")
@@ -388,6 +403,8 @@ _MOMENT_ZH: Final = re.compile(
 def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
     if name in ("en_present", "zh_present") and _HYPOTHETICAL.search(asked):
         return True  # a scenario set up to reason about: "想象你正在参加比赛……你现在的位置是什么"
+    if name in ("en_present", "zh_present") and (_SCHEDULING.search(asked) or _WRITING.search(asked)):
+        return True
     if name == "en_present":
         return not pattern.search(_DISCOURSE_NOW.sub("", asked))
     if name == "en_weather":

@@ -45,6 +45,12 @@ CONVERSATIONS: list[tuple[list[str], str | None]] = [
     (["Is the Eiffel Tower open today?", "How tall is it?"], None),  # a settled fact, pointing back or not
     (["Is it snowing in Denver?", "How do snowflakes form?"], None),
     (["Who won the election in Argentina?", "What are his main policies?"], None),
+    (["Who's in the Champions League final this year?", "How many times has Real Madrid won it?"], None),
+    (["Is the Fender Squier in stock at Guitar Center?", "What strings does it come with?"], None),
+    (["京东上这个型号现在多少钱", "这个牌子的售后怎么样"], None),  # a warranty stays
+    (["京沪高铁今天有没有晚点", "高铁最快能开多快"], None),  # so does a top speed
+    (["现在去机场打车要多久", "机场快线几点停运"], None),  # and a timetable
+    (["京沪高铁今天有没有晚点", "G2次呢"], REALTIME),  # while a short turn leaning on it is live
     ([WEATHER_EN, "Thanks!"], None),
     # text handed over is the user's material, not a question
     (["帮我把这句话翻译成英文:今天天气很好."], None),

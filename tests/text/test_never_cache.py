@@ -43,6 +43,9 @@ NEVER_CACHED = [
     ("Who's leading the Masters?", REALTIME),
     ("西安明天多少度", REALTIME),
     ("演唱会门票还能买到吗", REALTIME),
+    # a task's wording does not hide a live question after it
+    ("What's on my calendar today, and is it raining now?", REALTIME),
+    ("Write me the latest bitcoin price", REALTIME),
     ("ＢＩＴＣＯＩＮ  price", REALTIME),  # full width and spacing fold away
 ]
 
@@ -72,6 +75,12 @@ CACHEABLE = [
     "新闻联播是哪一年开播的",
     "Given the following records of stock prices, extract the highest close per month:\n2022-01-03,150.2",
     "想象你正在参加比赛。如果你刚刚超过了第二名，你现在的位置是什么？",  # the present of an imagined scene
+    # a task whose time words say when to do it or what to write about
+    "Can you schedule a meeting with the design team at 4pm later this week?",
+    "Remind me to call my mother tonight",
+    "Put the dentist's birthday party into my calendar for this weekend",
+    "Help me write a catchy headline for an article on the latest Mars rover findings",
+    "请帮我写一个关于最新人工智能进展的文章标题",
     "",
 ]
 
