@@ -11,7 +11,8 @@ Labelled sets:
   judged with the user turns before it. The files' headers say how they are labelled. The rules
   were tuned on these and on the .tsv: the "hand-written" rows are not a held-out figure.
 - benchmarks/data/never_cache_heldout_{en,zh}.txt: conversations written after that tuning and
-  measured as written: the "held-out" rows.
+  measured as written: the "held-out" rows. never_cache_heldout2_{en,zh}.txt: a second such set,
+  written after the learned reader was trained, counted in the same rows.
 - From ../shared/data, each data set's own annotation (read at run time, never copied here):
   CQR-KVRET dev first turns, `weather` → realtime, `navigate` / `schedule` → other;
   MT-Bench en + zh first turns (every category) → other; CamRest676 first user turns
@@ -250,12 +251,21 @@ def main() -> None:
     model = load_policy(args.policy).embedding_model or "use-multilingual"
     embedder = None if args.rules_only else load_embedder(model, args.model_home)
     cases = hand_written(HERE / "data" / "never_cache_utterances.tsv")
-    for name in ("conversations", "heldout"):
+    for name in ("conversations", "heldout", "heldout2"):
         for lang in ("en", "zh"):
             cases += conversations(HERE / "data" / f"never_cache_{name}_{lang}.txt")
     cases += from_data(args.data, args.per_source)
     results = report(cases, Judge(args.policy, embedder))
     results["reader"] = "off" if embedder is None else embedder.name
+    if embedder is not None:
+        # side by side in one run: what the learned reader adds to the rules
+        rules = report(cases, Judge(args.policy, None))
+        results["rules_only"] = {
+            f"{lang} {key}": {f: row[f] for f in ("recall", "false_bypass_rate")}
+            for lang in ("en", "zh")
+            for key, row in rules[lang].items()  # type: ignore[attr-defined]
+            if "/" in key
+        }
     console = Console(width=200)
     classes = Table(title=f"never-cache rules by class: {len(cases)} utterances")
     for col in ("lang", "class", "support", "precision", "recall"):
