@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from proxy.text.entities import Entities
-from proxy.text.normalize import NormalText
+from proxy.text.normalize import Cutter, NormalText
 
 
 class RecordState(StrEnum):
@@ -85,6 +85,10 @@ class Signature:
     # the user turns before this one, case, spacing and punctuation aside (signing.conversation
     # .history_key): another conversation's answer is only this one's if they said the same so far
     history_key: str = ""
+    # the segmenter the request's turns were cut with, remembering its cuts (signing.conversation
+    # .Cuts): the decision's guards read the turns' words from it instead of cutting them again.
+    # None: the decision cuts with the default segmenter (tests, hand-made signatures)
+    cuts: Cutter | None = field(default=None, compare=False, repr=False)
 
     @property
     def restates_previous(self) -> bool:

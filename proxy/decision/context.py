@@ -73,7 +73,11 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
         # whole conversations are close, but what was said before may have shaped that answer
         return Reason.OTHER_HISTORY
     question = tags.question
-    if question and question != sig.current_text and reordered(sig.current_text, question, loose=not verified):
+    if (
+        question
+        and question != sig.current_text
+        and reordered(sig.current_text, question, loose=not verified, segmenter=sig.cuts)
+    ):
         return Reason.REORDERED_WORDS
     if (
         not restated

@@ -19,7 +19,7 @@ from typing import Final
 from proxy.model import KeyFacts
 from proxy.text.entities import Entities, extract_entities, merge_entities, places_and_products
 from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
-from proxy.text.normalize import NormalText, Segmenter, default_segmenter, normalize_text
+from proxy.text.normalize import Cutter, NormalText, default_segmenter, normalize_text
 from proxy.text.numbers import extract_numbers
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
@@ -124,7 +124,7 @@ def _day_sections(norm_lines: Sequence[str]) -> int:
     return run if run >= 2 else max(days, default=0)
 
 
-def extract_key_facts(answer_text: str, *, segmenter: Segmenter | None = None) -> KeyFacts:
+def extract_key_facts(answer_text: str, *, segmenter: Cutter | None = None) -> KeyFacts:
     seg = segmenter or default_segmenter()
     lines = [line for line in answer_text.splitlines() if line.strip()]
     norm_lines = [normalize_text(line, segmenter=seg) for line in lines]
@@ -173,7 +173,7 @@ def _single(entities: Entities, slot: str) -> float | None:
     return values.pop() if len(values) == 1 else None
 
 
-def extract_constraints(request_text: str, *, segmenter: Segmenter | None = None) -> Constraints:
+def extract_constraints(request_text: str, *, segmenter: Cutter | None = None) -> Constraints:
     """Constraints of user turns written one per line; later lines override."""
     seg = segmenter or default_segmenter()
     lines = [line for line in request_text.splitlines() if line.strip()]

@@ -4,13 +4,15 @@ the feedback rules, the signer and the decision stages all read.
 Normalising is the costly part of reading text (NFKC, punctuation, jieba for Chinese
 numerals), and history turns come back with every request, so turns are normalised through an
 LRU keyed by their raw text. Nothing after this normalises a request's turns again: the rules
-of ``proxy.text`` take ``NormalText``.
+of ``proxy.text`` take ``NormalText``. Nor does anything cut a normalised turn into words twice:
+``Cuts`` remembers the segmenter's cuts by text for every stage that reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -18,7 +20,7 @@ import orjson
 from proxy.lru import LruDict
 from proxy.openai.request import ChatRequest
 from proxy.text.lexical import canonical_formula
-from proxy.text.normalize import NormalText, normalize_text, system_prompt_version
+from proxy.text.normalize import Cutter, NormalText, default_segmenter, normalize_text, system_prompt_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +32,31 @@ class Turn:
     norm: NormalText
 
 
-def _normalized(text: str) -> NormalText:
-    norm = normalize_text(text)
+class Cuts:
+    """A segmenter's cuts remembered by text: a turn that the signer reads for its entities and for
+    a restatement, and the decision for reordered words, is cut once (and a history turn once
+    for the requests that carry it). Owned by the signer and bounded like its other memories;
+    read on one thread only."""
+
+    def __init__(self, segmenter: Cutter, size: int = 20_000) -> None:
+        self.segmenter = segmenter
+        self._words: LruDict[str, tuple[str, ...]] = LruDict(size)
+        self._tagged: LruDict[str, tuple[tuple[str, str], ...]] = LruDict(size)
+
+    def words(self, text: str) -> Sequence[str]:
+        return self._words.remember(text, lambda t: tuple(self.segmenter.words(t)))
+
+    def tagged(self, text: str) -> Sequence[tuple[str, str]]:
+        return self._tagged.remember(text, lambda t: tuple(self.segmenter.tagged(t)))
+
+
+def _normalized(text: str, segmenter: Cutter) -> NormalText:
+    norm = normalize_text(text, segmenter=segmenter)
     return NormalText(canonical_formula(norm) or norm)
 
 
-def _system(text: str) -> tuple[NormalText, str]:
-    norm = normalize_text(text)
+def _system(text: str, segmenter: Cutter) -> tuple[NormalText, str]:
+    norm = normalize_text(text, segmenter=segmenter)
     return norm, system_prompt_version(norm)
 
 
@@ -74,19 +94,20 @@ class Conversation:
 
 class Normalizer:
     """normalize_text with courtesy formulas in one canonical form ("thx" = "thanks"), remembered
-    per raw text."""
+    per raw text. ``segmenter``: the app's (``default_segmenter()`` for a caller without one)."""
 
-    def __init__(self, cache_size: int = 20_000) -> None:
+    def __init__(self, cache_size: int = 20_000, *, segmenter: Cutter | None = None) -> None:
+        self._segmenter = segmenter or default_segmenter()
         self._norms: LruDict[str, NormalText] = LruDict(cache_size)
         self._systems: LruDict[str, tuple[NormalText, str]] = LruDict(256)  # few prompts, long ones
 
     def __call__(self, text: str) -> NormalText:
-        return self._norms.remember(text, _normalized)
+        return self._norms.remember(text, lambda t: _normalized(t, self._segmenter))
 
     def system(self, text: str) -> tuple[NormalText, str]:
         """A system prompt normalised (no courtesy formulas) and its version: both recur with every
         request of the prompt, and masking its volatile parts runs a dozen patterns over it."""
-        return self._systems.remember(text, _system)
+        return self._systems.remember(text, lambda t: _system(t, self._segmenter))
 
     def conversation(self, request: ChatRequest) -> Conversation:
         turns = [m for m in request.turns if m.text.strip()]

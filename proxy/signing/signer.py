@@ -18,11 +18,11 @@ from proxy.embedding.batching import BatchingEmbedder
 from proxy.lru import LruDict
 from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS, CoarseTags, Signature
 from proxy.openai.request import ChatRequest
-from proxy.signing.conversation import Conversation, Normalizer, Turn
+from proxy.signing.conversation import Conversation, Cuts, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
 from proxy.text.entities import Entities, extract_entities, merge_entities
 from proxy.text.lexical import all_known, names_in, spelled_out, statements
-from proxy.text.normalize import NormalText, fold_space
+from proxy.text.normalize import Cutter, NormalText, default_segmenter, fold_space
 from proxy.text.phrases import change_instruction
 
 
@@ -55,10 +55,21 @@ def _key(text: str) -> str:
 
 
 class ContextSigner:
-    def __init__(self, embedder: BatchingEmbedder, classifier: IntentClassifier, settings: SignerSettings) -> None:
+    def __init__(
+        self,
+        embedder: BatchingEmbedder,
+        classifier: IntentClassifier,
+        settings: SignerSettings,
+        *,
+        segmenter: Cutter | None = None,
+    ) -> None:
+        """``segmenter``: the app's (``default_segmenter()`` for a caller without one)."""
         self.embedder = embedder
         self.settings = settings
-        self.normalize = Normalizer(settings.cache_size)
+        segmenter = segmenter or default_segmenter()
+        self.normalize = Normalizer(settings.cache_size, segmenter=segmenter)
+        # the cuts of normalised turns, which the signature carries on to the decision's guards
+        self.cuts = Cuts(segmenter, settings.cache_size)
         self._vectors: LruDict[str, np.ndarray] = LruDict(settings.cache_size)
         self._entities: LruDict[NormalText, Entities] = LruDict(settings.cache_size)
         # a request re-sent byte for byte (an exact repeat, a retry) signs as it did: a signature is
@@ -88,7 +99,7 @@ class ContextSigner:
 
     def entities(self, norm: NormalText) -> Entities:
         """Entities of a normalised turn, kept like its vector: history turns recur every request."""
-        return self._entities.remember(norm, extract_entities)
+        return self._entities.remember(norm, lambda t: extract_entities(t, segmenter=self.cuts))
 
     async def vectors(
         self,
@@ -178,6 +189,7 @@ class ContextSigner:
             previous_question=asked_before,
             previous_reply_head=reply_head,
             history_key=conv.history_key,
+            cuts=self.cuts,
         )
         signed.put(memo, sig)  # the memo of the classifier it was made under: a reload meanwhile drops it
         return sig
@@ -191,7 +203,7 @@ class ContextSigner:
         after = next((m for m in history[at + 1 :] if m.role == "assistant"), None)
         previous = history[at].norm
         names_nothing = self.entities(previous).is_empty() and not names_in(history[at].text)
-        added = spelled_out(previous, current, names_nothing=names_nothing) if after is not None else set()
+        added = spelled_out(previous, current, self.cuts, names_nothing=names_nothing) if after is not None else set()
         if not added or after is None:
             return ""
         context: list[str] = [history[i].norm for i in users[:-1]]
@@ -203,7 +215,7 @@ class ContextSigner:
             # from the raw reply: normalising drops its closing "?", and its last offer would pass
             # for a statement
             context.append(self.normalize(statements(before.text)))
-        return fold_space(after.text) if all_known(added, context) else ""
+        return fold_space(after.text) if all_known(added, context, self.cuts) else ""
 
     def _previous_reply(self, history: Sequence[Turn]) -> str:
         for m in reversed(history):
@@ -252,10 +264,15 @@ class ContextSigner:
         head = f"system: {system[-s.system_tail_chars :]}" if system.strip() else ""
         tail = f"user: {current}\nuser: {current}"
         lines = [self._line(m) for m in history]
+        budget = self.view_budget
+        whole = "\n".join(x for x in (head, *lines, tail) if x)
+        # most conversations: by length, or one tokenisation; the order of drops, which reads every
+        # turn's entities (the replies' too, which nothing else tags), only for those that do not fit
+        if self.embedder.fits(whole, budget):
+            return whole, []
         active = self.entities(current)
         related = [not _disjoint(self.entities(m.norm), active) for m in history]
         order = [i for i, r in enumerate(related) if not r] + [i for i, r in enumerate(related) if r]
-        budget = self.view_budget
 
         def view(drops: int) -> str:
             gone = set(order[:drops])
@@ -264,9 +281,6 @@ class ContextSigner:
         def fits(drops: int) -> bool:
             return self.embedder.fits(view(drops), budget)
 
-        whole = view(0)
-        if self.embedder.fits(whole, budget):  # most conversations: by length, or one tokenisation
-            return whole, []
         # the fewest drops that fit: dropping a turn never lengthens the view, so a bisection finds
         # what dropping one at a time would, in a few tokenisations of the view instead of one a turn
         low, high = 1, len(order)

@@ -25,7 +25,7 @@ from proxy.text.gazetteer import (
     is_place,
     wordset,
 )
-from proxy.text.normalize import CJK, NormalText, Segmenter, default_segmenter
+from proxy.text.normalize import CJK, Cutter, NormalText, default_segmenter
 from proxy.text.numbers import NumericConstraint, extract_numbers
 
 
@@ -108,7 +108,7 @@ def _person_context(tagged: Sequence[tuple[str, str]], i: int) -> bool:
     return before in _PERSON_BEFORE or after.startswith(_PERSON_AFTER)
 
 
-def _names(text: str, segmenter: Segmenter) -> tuple[frozenset[str], frozenset[str]]:
+def _names(text: str, segmenter: Cutter) -> tuple[frozenset[str], frozenset[str]]:
     places: set[str] = {PLACE_ALIASES[m.group(1)] for m in EN_PLACE.finditer(text)}
     people: set[str] = set()
     for m in _EN_PERSON.finditer(text):
@@ -138,16 +138,14 @@ def _areas(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def places_and_products(
-    norm: NormalText, *, segmenter: Segmenter | None = None
-) -> tuple[frozenset[str], frozenset[str]]:
+def places_and_products(norm: NormalText, *, segmenter: Cutter | None = None) -> tuple[frozenset[str], frozenset[str]]:
     """``extract_entities``' places and products alone: an answer's key facts read its numbers a
     line at a time already, and its people and areas not at all."""
     places, _ = _names(norm, segmenter or default_segmenter())
     return places, _products(norm)
 
 
-def extract_entities(norm: NormalText, *, segmenter: Segmenter | None = None) -> Entities:
+def extract_entities(norm: NormalText, *, segmenter: Cutter | None = None) -> Entities:
     """Places, products, people and numeric constraints of one normalised text (Chinese or English)."""
     places, people = _names(norm, segmenter or default_segmenter())
     return Entities(

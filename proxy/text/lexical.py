@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from proxy.text.normalize import Segmenter, default_segmenter
+from proxy.text.normalize import Cutter, default_segmenter
 
 _EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -63,7 +63,7 @@ SHORT_EN_WORDS = 4
 _FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
 
 
-def tokens(text: str, segmenter: Segmenter | None = None) -> list[str]:
+def tokens(text: str, segmenter: Cutter | None = None) -> list[str]:
     """Content tokens in order: jieba words for Chinese, words for the rest."""
     if _CJK.search(text):
         words = (segmenter or default_segmenter()).words(text)
@@ -145,7 +145,7 @@ def reordered(
     *,
     overlap: float = 0.6,
     swap: float = 0.05,
-    segmenter: Segmenter | None = None,
+    segmenter: Cutter | None = None,
     loose: bool = True,
 ) -> bool:
     """True when the two texts are the same words with two of them exchanged, carry the same
@@ -169,7 +169,7 @@ def reordered(
     return _discordant_fraction(pos_a, pos_b) > swap
 
 
-def context_dependent(text: str, segmenter: Segmenter | None = None) -> bool:
+def context_dependent(text: str, segmenter: Cutter | None = None) -> bool:
     """Short, elliptical or anaphoric turns lean on the previous assistant message."""
     lowered = text.strip().lower()
     if lowered.startswith(_FOLLOWUP_START):
@@ -220,7 +220,7 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
-def _token_set(text: str, segmenter: Segmenter | None) -> set[str]:
+def _token_set(text: str, segmenter: Cutter | None) -> set[str]:
     return {_stem(w) for w in tokens(text, segmenter)}
 
 
@@ -231,7 +231,7 @@ _ATTACHING_EN = _words("about with from by called named located")
 
 
 def spelled_out(
-    previous: str, current: str, segmenter: Segmenter | None = None, *, names_nothing: bool = False
+    previous: str, current: str, segmenter: Cutter | None = None, *, names_nothing: bool = False
 ) -> set[str]:
     """The words ``current`` adds to the ``previous`` turn while keeping every content word of it;
     empty when it is no such spelling-out (then no context need be read). ``previous`` must lean
@@ -263,7 +263,7 @@ def _pointer(word: str) -> bool:
     return word in _ANAPHORA_EN or word in _ANAPHORA_ZH
 
 
-def all_known(words: set[str], context: Sequence[str], segmenter: Segmenter | None = None) -> bool:
+def all_known(words: set[str], context: Sequence[str], segmenter: Cutter | None = None) -> bool:
     known: set[str] = set()
     for text in context:
         known |= _token_set(text, segmenter)
@@ -275,7 +275,7 @@ def restates(
     previous: str,
     current: str,
     context: Sequence[str],
-    segmenter: Segmenter | None = None,
+    segmenter: Cutter | None = None,
     *,
     names_nothing: bool = False,
 ) -> bool:

@@ -12,7 +12,8 @@ import logging
 import re
 import unicodedata
 import warnings
-from typing import Final, NewType
+from collections.abc import Sequence
+from typing import Final, NewType, Protocol
 
 import cn2an
 import jieba
@@ -86,11 +87,21 @@ def quiet_jieba() -> None:
     logging.getLogger("jieba").setLevel(logging.WARNING)
 
 
+class Cutter(Protocol):
+    """What the text rules read of a segmenter: a text's words, and its words with their part of
+    speech. A ``Segmenter`` cuts; ``proxy.signing.conversation.Cuts`` remembers what it cut."""
+
+    def words(self, text: str) -> Sequence[str]: ...
+
+    def tagged(self, text: str) -> Sequence[tuple[str, str]]: ...
+
+
 class Segmenter:
     """Owns a private jieba tokenizer (and its part-of-speech tagger) instead of jieba's global one.
 
-    Building the dictionary costs about a second, so one instance is shared by the callers that
-    own it; ``default_segmenter()`` serves code that has none at hand.
+    Building the dictionary costs about a second: the app builds one at start and hands it to the
+    parts that read text (proxy.parts); ``default_segmenter()`` serves tests and offline callers
+    that have none at hand.
     """
 
     def __init__(self) -> None:
@@ -108,7 +119,8 @@ class Segmenter:
 
 @functools.cache
 def default_segmenter() -> Segmenter:
-    """The lazily built shared segmenter; the app may build and pass its own."""
+    """A segmenter for callers that pass none (tests, benchmarks, one-off tools), built on first
+    use; the proxy passes its own everywhere and never builds this one."""
     return Segmenter()
 
 
@@ -160,7 +172,7 @@ def _convert_decimal(match: re.Match[str]) -> str:
     return match.group() if value is None else format_number(value)
 
 
-def _convert_chinese_numerals(text: str, segmenter: Segmenter) -> str:
+def _convert_chinese_numerals(text: str, segmenter: Cutter) -> str:
     if not any(c in _NUMERAL_CHARS for c in text):
         return text
     text = _DECIMAL_NUMERAL.sub(_convert_decimal, text)
@@ -197,7 +209,7 @@ _EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50"
 _EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
 
 
-def normalize_text(text: str, *, segmenter: Segmenter | None = None) -> NormalText:
+def normalize_text(text: str, *, segmenter: Cutter | None = None) -> NormalText:
     """One canonical spelling of a text for signing; idempotent.
 
     NFKC folds full-width forms, punctuation is mapped to ASCII, whitespace collapsed (and dropped

@@ -1,9 +1,12 @@
 """What a signature costs the embedding model: one call per request, whatever the history, and
 a second only for a topic switch, whose view differs from the one built in advance; a request
-re-sent as it was costs neither the model nor the tagger."""
+re-sent as it was costs neither the model nor the tagger. And what a request costs the segmenter
+and the model's tokenizer: each text cut once, from signing to the decision, and the view counted
+once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,12 +16,13 @@ import orjson
 import pytest
 
 from proxy.embedding.backends import SyncEmbedder
+from proxy.identity import Identity
 from proxy.model import Signature
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import parse_chat_request
+from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
 from proxy.settings import load_settings
-from proxy.text.normalize import default_segmenter
+from proxy.text.normalize import Segmenter, default_segmenter, normalize_text
 
 TURNS = (
     "I need a hotel in Cambridge for two nights",
@@ -43,9 +47,13 @@ def counted(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-async def sign(parts: Parts, turns: Sequence[str]) -> Signature:
+def chat(turns: Sequence[str]) -> ChatRequest:
     msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
-    return await parts.signer.sign(parse_chat_request(orjson.dumps({"model": "m", "messages": msgs})))
+    return parse_chat_request(orjson.dumps({"model": "m", "messages": msgs}))
+
+
+async def sign(parts: Parts, turns: Sequence[str]) -> Signature:
+    return await parts.signer.sign(chat(turns))
 
 
 async def test_each_turn_of_a_conversation_costs_one_model_call(
@@ -217,3 +225,58 @@ async def test_a_long_system_prompt_leaves_the_view_to_the_conversation(parts: P
     assert len(head) <= len("system: ") + parts.signer.settings.system_tail_chars
     assert "user: somewhere in the centre, with free parking" in sig.view_text
     assert parts.signer.embedder.count_tokens(sig.view_text) <= parts.signer.view_budget
+
+
+# A Chinese paraphrase of the session's previous, elliptical turn: the signer reads it for a
+# restatement and the decision for reordered words, and both read its words and the previous turn's
+ELLIPTICAL = "杭州三天怎么玩？"
+PARAPHRASE = "杭州三天怎么玩比较好？"
+ELLIPTICAL_ANSWER = "第一天游西湖，第二天去灵隐寺，第三天逛西溪湿地。"
+
+
+async def test_a_turn_is_cut_once_from_signing_to_the_decision(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(
+        environ={},
+        overrides={"data_dir": tmp_path, "model_home": model_home, "ready_after": 0.0, "upstream": NOWHERE},
+    )
+    who = Identity(tenant="t", session="s1", user=None, session_explicit=True)
+    async with open_parts(settings, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder) as parts:
+        first = chat([ELLIPTICAL])
+        plan = await parts.planner.plan(first, who)
+        assert plan.signature is not None and plan.policy is not None
+        await parts.cache.write(
+            request=first, who=who, sig=plan.signature, policy=plan.policy, policy_version="v",
+            answer=ELLIPTICAL_ANSWER, usage={},
+        )  # fmt: skip
+        cuts: Counter[tuple[str, str]] = Counter()
+        for how in ("words", "tagged"):
+            cut = getattr(Segmenter, how)
+
+            def counting(self: Segmenter, text: str, cut: Any = cut, how: str = how) -> Any:
+                cuts[how, text] += 1
+                return cut(self, text)
+
+            monkeypatch.setattr(Segmenter, how, counting)
+        backend = parts.signer.embedder.backend
+        counted_tokens: Counter[str] = Counter()
+        count_tokens = backend.count_tokens
+
+        def counting_tokens(text: str) -> int:
+            counted_tokens[text] += 1
+            return count_tokens(text)
+
+        monkeypatch.setattr(backend, "count_tokens", counting_tokens)
+        plan = await parts.planner.plan(chat([ELLIPTICAL, ELLIPTICAL_ANSWER, PARAPHRASE]), who)
+    assert plan.signature is not None and plan.decision is not None
+    assert plan.decision.record is not None and plan.decision.stage == "lexical_guards", plan.decision
+    current = plan.signature.current_text
+    # the paraphrase, as written (normalising reads its numerals) and normalised (for its words, and
+    # its entities); the previous turn's words, read for a restatement and as the candidate's
+    # question; the reply as written, normalised for the view. Each once
+    assert max(cuts.values()) == 1, cuts
+    assert ("words", current) in cuts and ("words", normalize_text(ELLIPTICAL)) in cuts
+    # the view fits: the reply's entities, read only to choose what a view drops, are not
+    assert {text for how, text in cuts if how == "tagged"} == {current}
+    assert list(counted_tokens.values()) == [1], counted_tokens  # the view, counted once
