@@ -175,11 +175,11 @@ async def open_parts(
         await report_vector_search(store.shared, s, metrics)
         cache, loaded = await open_cache(stack, s, store, dim=backend.dim, box=box, verifier=verifying, metrics=metrics)
         judge = HitJudge(window=max(s.ready_after, 1.0))
-        signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens))
         # jieba's dictionary and tagger are slow to build: now, off the loop, before the port
         # opens, rather than inside the first request, which every fresh process would pay (the
         # `sign` stage of a fresh proxy's first `chat.request` log line shows the cost)
-        await asyncio.to_thread(default_segmenter)
+        segmenter = await asyncio.to_thread(default_segmenter)
+        signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens), segmenter=segmenter)
         settling = Settling()
         stack.push_async_callback(settling.close)  # first: answers given are kept before the index is saved
         feedback = FeedbackReader(
