@@ -33,21 +33,21 @@ class Turn:
 
 
 class Cuts:
-    """A segmenter's cuts remembered by text: a turn that the signer reads for its entities and for
-    a restatement, and the decision for reordered words, is cut once (and a history turn once
-    for the requests that carry it). Owned by the signer and bounded like its other memories;
-    read on one thread only."""
+    """A segmenter's word cuts remembered by text: a turn that the signer reads for a restatement
+    and the decision for reordered words is cut once (and a history turn once for the requests
+    that carry it). Owned by the signer and bounded like its other memories; read on one thread
+    only."""
 
     def __init__(self, segmenter: Cutter, size: int = 20_000) -> None:
         self.segmenter = segmenter
         self._words: LruDict[str, tuple[str, ...]] = LruDict(size)
-        self._tagged: LruDict[str, tuple[tuple[str, str], ...]] = LruDict(size)
 
     def words(self, text: str) -> Sequence[str]:
         return self._words.remember(text, lambda t: tuple(self.segmenter.words(t)))
 
     def tagged(self, text: str) -> Sequence[tuple[str, str]]:
-        return self._tagged.remember(text, lambda t: tuple(self.segmenter.tagged(t)))
+        # read for a text's entities alone, which the signer keeps whole (ContextSigner.entities)
+        return self.segmenter.tagged(text)
 
 
 def _normalized(text: str, segmenter: Cutter) -> NormalText:
