@@ -362,10 +362,11 @@ class SemanticCache:
             last = SessionLast(record.cache_id, True, sig.request_hash)
             await self.store.record_served(record.cache_id, self.clock(), who.tenant, who.session, last)
 
-    async def note_unstored(self, who: Identity, sig: Signature) -> None:
-        """An answer we did not store still becomes the session's last: a regenerate of it is known."""
+    async def note_unstored(self, who: Identity, request_hash: str) -> None:
+        """An answer we did not store still becomes the session's last: a regenerate of it is known,
+        and a correction of it penalises no record (``request_hash``: its request's, as signed)."""
         with contextlib.suppress(StoreUnavailable):
-            await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, sig.request_hash))
+            await self.store.set_session_last(who.tenant, who.session, SessionLast("", False, request_hash))
 
     async def write(
         self,

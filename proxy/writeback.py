@@ -6,10 +6,11 @@ An answer is written as a record when the plan lets its request be stored (``Pla
 answer came back whole, successful and in plain text, and the client did not say ``no_store``.
 An answer the engine cut at the token limit is kept only for a request that set that limit, and
 for that limit alone (``SemanticCache.write``): another request could not tell it was cut. Any
-other answer to a request the plan lets be stored, or to a regenerate or a correction, still
-becomes the session's last answer, so a regenerate or a correction of it is known; a bypassed
-request leaves no trace. A store that fails costs the answer its keeping, never the answer: the
-client has it already.
+other answer the client got, bypassed ones included, still becomes the session's last answer,
+held by no record: a correction sent after it is about it, and must not penalise the record of
+the turn before, which the user did not complain about. Only a request planned while the store
+was down is not noted: there is nowhere to note it. A store that fails costs the answer its
+keeping, never the answer: the client has it already.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import numpy as np
 import structlog
 
 from proxy.cache import SemanticCache
-from proxy.feedback import UNSTORED
 from proxy.identity import Identity
-from proxy.model import Record
+from proxy.model import Reason, Record
 from proxy.openai.request import ChatRequest
 from proxy.planner import Plan, PolicyBox
+from proxy.signing.conversation import request_hash
 from proxy.storage.base import StoreUnavailable
 
 __all__ = ["Kept", "WriteBack", "record_vector"]
@@ -58,9 +59,11 @@ class WriteBack:
         if cut and req.answer_cap is None:
             answer = None
         if plan.policy is None or plan.signature is None or answer is None or req.controls.no_store:
-            noted = plan.signature if plan.policy is not None or plan.reason in UNSTORED else None
-            if noted is not None:
-                await self.cache.note_unstored(who, noted)
+            if plan.reason != Reason.STORE_UNAVAILABLE:
+                # one bypassed before signing (its own parameters, a reset, an overload) is noted
+                # by the hash signing would have given it
+                said = plan.signature.request_hash if plan.signature is not None else request_hash(req)
+                await self.cache.note_unstored(who, said)
             return Kept()
         try:
             record = await self.cache.write(

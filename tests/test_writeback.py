@@ -17,6 +17,7 @@ from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.planner import Plan, PolicyBox
 from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
+from proxy.signing.conversation import request_hash
 from proxy.storage.base import StoreUnavailable
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore
@@ -102,13 +103,27 @@ async def test_the_answer_to_a_regenerate_or_a_correction_is_never_stored(
 
 @pytest.mark.parametrize(
     "plan",
-    [Plan(Status.BYPASS, Reason.INTENT_DISABLED, SIG), Plan(Status.BYPASS, Reason.STORE_UNAVAILABLE)],
+    [Plan(Status.BYPASS, Reason.INTENT_DISABLED, SIG), Plan(Status.BYPASS, Reason.OVERLOADED)],
     ids=["intent-disabled", "unsigned-bypass"],
 )
-async def test_a_bypassed_request_leaves_no_trace(cache: SemanticCache, write_back: WriteBack, plan: Plan) -> None:
+async def test_a_bypassed_answer_is_the_sessions_last_held_by_no_record(
+    cache: SemanticCache, write_back: WriteBack, plan: Plan
+) -> None:
+    """A correction sent after it is about it: the record of the turn before must not pay for it."""
+    req = request()
+    kept = await write_back.keep(req, WHO, plan, "Hello.", USAGE)
+    assert kept.record is None and await live(cache) == [] and record_vector(plan) is None
+    said = "asked" if plan.signature is not None else request_hash(req)
+    session_last = await last(cache)
+    assert session_last is not None and (session_last.cache_id, session_last.request_hash) == ("", said)
+
+
+async def test_a_request_planned_with_the_store_down_leaves_no_trace(
+    cache: SemanticCache, write_back: WriteBack
+) -> None:
+    plan = Plan(Status.BYPASS, Reason.STORE_UNAVAILABLE)
     kept = await write_back.keep(request(), WHO, plan, "Hello.", USAGE)
     assert kept.record is None and await live(cache) == [] and await last(cache) is None
-    assert record_vector(plan) is None
 
 
 async def test_a_failing_store_costs_the_keeping_not_the_caller(

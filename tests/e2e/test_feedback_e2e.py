@@ -85,3 +85,23 @@ async def test_realtime_and_medical_are_bypassed_with_the_reason_logged(
         question += " "  # not a regenerate: the second ask is bypassed for its intent too
     assert len(upstream.script.calls) == 2
     assert [r async for r in proxy.app[keys.CACHE].store.iter_live()] == []
+
+
+async def test_a_correction_after_a_bypassed_answer_leaves_the_answer_before_it_alone(
+    proxy: Proxy, upstream: Upstream
+) -> None:
+    """The correction is about the answer it follows, which the cache never held: the record of
+    the turn before, which the user did not complain about, keeps its score and is served again."""
+    client = proxy.client(**{"x-smartcache-session": "fb-rt"})
+    question = [SYSTEM, {"role": "user", "content": QUESTION}]
+    status, first, _ = await chat(client, question)
+    assert status == "miss"
+    store = proxy.app[keys.CACHE].store
+    (record,) = [r async for r in store.iter_live()]
+    realtime = [*question, {"role": "assistant", "content": first}, {"role": "user", "content": "今天杭州天气怎么样？"}]
+    status, weather, raw = await chat(client, realtime)
+    assert (status, raw.headers.get("x-cache-reason")) == ("bypass", "intent_disabled")
+    await chat(client, [*realtime, {"role": "assistant", "content": weather}, {"role": "user", "content": "不对"}])
+    assert (await store.get(record.cache_id)).feedback_score == record.feedback_score
+    status, served, _ = await chat(proxy.client(**{"x-smartcache-session": "fb-rt-2"}), question)
+    assert (status, served) == ("hit", first)
