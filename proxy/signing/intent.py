@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from proxy.embedding.batching import BatchingEmbedder
 from proxy.lru import LruDict
 from proxy.policy import Policy
 from proxy.signing.never_cache_head import NeverCacheHead, head_for
@@ -38,6 +38,9 @@ from proxy.text.carry_over import TurnReading, carried, read_turn
 from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch, fold
 from proxy.text.normalize import NormalText
 from proxy.text.phrases import KeywordRules
+
+if TYPE_CHECKING:  # the classifier only calls it: reading a turn loads no event loop or model runtime
+    from proxy.embedding.batching import BatchingEmbedder
 
 GENERAL = "general"
 RULED = frozenset({MEDICAL, REALTIME})  # the never-cached intents proxy.text.never_cache recognises
