@@ -11,14 +11,12 @@ from proxy.tools.never_cache.data import LABELS, benchmark_texts, training_utter
 from proxy.tools.verifier.heldout import eval_rows
 from proxy.tools.verifier.pairs import text_key
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-
 
 @pytest.fixture(scope="module")
-def data_dir() -> Path:
-    if not (DATA / "covid_qpairs").is_dir() or not (DATA.parent / "eval" / "build_dev_traces.py").is_file():
-        pytest.skip(f"labelled data or the replay harness not found beside {DATA}")
-    return DATA
+def sources(data_dir: Path) -> Path:
+    if not (data_dir / "covid_qpairs").is_dir() or not (data_dir.parent / "eval" / "build_dev_traces.py").is_file():
+        pytest.skip(f"the never-cache sources or the replay harness not found beside {data_dir}")
+    return data_dir
 
 
 def test_the_benchmark_texts_are_read_from_every_labelled_file() -> None:
@@ -31,12 +29,12 @@ def test_the_benchmark_texts_are_read_from_every_labelled_file() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_training_keeps_out_what_is_measured_and_is_seeded(data_dir: Path) -> None:
-    rows = training_utterances(data_dir, seed=3, per_source=300)
+def test_training_keeps_out_what_is_measured_and_is_seeded(sources: Path) -> None:
+    rows = training_utterances(sources, seed=3, per_source=300)
     keys = [text_key(u.text) for u in rows]
     assert len(keys) == len(set(keys))  # each text once
     assert not set(keys) & benchmark_texts()
-    assert not set(keys) & eval_rows(data_dir).texts
+    assert not set(keys) & eval_rows(sources).texts
     assert {u.label for u in rows} == set(LABELS)
     counts = Counter((u.source, u.label) for u in rows)
     assert counts[("covid_qpairs", "medical")] == 300  # sampled to per_source
@@ -45,4 +43,4 @@ def test_training_keeps_out_what_is_measured_and_is_seeded(data_dir: Path) -> No
     oppo = {u.text: u.label for u in rows if u.source == "oppo_xiaobu"}
     assert "你现在有什么功能啊" not in oppo
     assert any(label == "realtime" for label in oppo.values())
-    assert [u.text for u in training_utterances(data_dir, seed=3, per_source=300)] == [u.text for u in rows]
+    assert [u.text for u in training_utterances(sources, seed=3, per_source=300)] == [u.text for u in rows]
