@@ -19,7 +19,7 @@ from typing import Final
 from proxy.model import KeyFacts
 from proxy.text.entities import Entities, extract_entities, merge_entities, places_and_products
 from proxy.text.gazetteer import PLACE_ALIASES, canonical_place
-from proxy.text.normalize import Cutter, NormalText, default_segmenter, normalize_text
+from proxy.text.normalize import Cutter, NormalText, normalize_text
 from proxy.text.numbers import extract_numbers
 
 ALL_CHECKS: Final = ("budget", "dates", "counts", "entities")
@@ -125,9 +125,8 @@ def _day_sections(norm_lines: Sequence[str]) -> int:
 
 
 def extract_key_facts(answer_text: str, *, segmenter: Cutter | None = None) -> KeyFacts:
-    seg = segmenter or default_segmenter()
     lines = [line for line in answer_text.splitlines() if line.strip()]
-    norm_lines = [normalize_text(line, segmenter=seg) for line in lines]
+    norm_lines = [normalize_text(line, segmenter=segmenter) for line in lines]
     money: list[tuple[float, str]] = []
     units: list[tuple[float, str]] = []
     dates: list[int] = []
@@ -139,7 +138,7 @@ def extract_key_facts(answer_text: str, *, segmenter: Cutter | None = None) -> K
                 dates.append(int(n.value))
             elif n.slot not in ("time", "weekday"):
                 units.append((n.value, n.unit))
-    places, products = places_and_products(NormalText("\n".join(norm_lines)), segmenter=seg)
+    places, products = places_and_products(NormalText("\n".join(norm_lines)), segmenter=segmenter)
     blocks = [b for b in re.split(r"\n\s*\n", answer_text.strip()) if b.strip()]
     return KeyFacts(
         money=tuple(dict.fromkeys(money)),
@@ -175,9 +174,8 @@ def _single(entities: Entities, slot: str) -> float | None:
 
 def extract_constraints(request_text: str, *, segmenter: Cutter | None = None) -> Constraints:
     """Constraints of user turns written one per line; later lines override."""
-    seg = segmenter or default_segmenter()
     lines = [line for line in request_text.splitlines() if line.strip()]
-    turns = [extract_entities(normalize_text(line, segmenter=seg), segmenter=seg) for line in lines]
+    turns = [extract_entities(normalize_text(line, segmenter=segmenter), segmenter=segmenter) for line in lines]
     return constraints_of(merge_entities(turns[:-1], turns[-1]) if turns else Entities())
 
 

@@ -108,7 +108,7 @@ def _person_context(tagged: Sequence[tuple[str, str]], i: int) -> bool:
     return before in _PERSON_BEFORE or after.startswith(_PERSON_AFTER)
 
 
-def _names(text: str, segmenter: Cutter) -> tuple[frozenset[str], frozenset[str]]:
+def _names(text: str, segmenter: Cutter | None) -> tuple[frozenset[str], frozenset[str]]:
     places: set[str] = {PLACE_ALIASES[m.group(1)] for m in EN_PLACE.finditer(text)}
     people: set[str] = set()
     for m in _EN_PERSON.finditer(text):
@@ -116,7 +116,7 @@ def _names(text: str, segmenter: Cutter) -> tuple[frozenset[str], frozenset[str]
         if name not in _EN_NOT_NAMES:
             people.add(name)
     if re.search(rf"[{CJK}]", text):
-        tagged = segmenter.tagged(text)
+        tagged = (segmenter or default_segmenter()).tagged(text)
         for i, (word, flag) in enumerate(tagged):
             if (flag in PLACE_FLAGS or word in PLACE_ALIASES) and is_place(word):
                 places.add(canonical_place(word))
@@ -141,13 +141,13 @@ def _areas(text: str) -> frozenset[str]:
 def places_and_products(norm: NormalText, *, segmenter: Cutter | None = None) -> tuple[frozenset[str], frozenset[str]]:
     """``extract_entities``' places and products alone: an answer's key facts read its numbers a
     line at a time already, and its people and areas not at all."""
-    places, _ = _names(norm, segmenter or default_segmenter())
+    places, _ = _names(norm, segmenter)
     return places, _products(norm)
 
 
 def extract_entities(norm: NormalText, *, segmenter: Cutter | None = None) -> Entities:
     """Places, products, people and numeric constraints of one normalised text (Chinese or English)."""
-    places, people = _names(norm, segmenter or default_segmenter())
+    places, people = _names(norm, segmenter)
     return Entities(
         places=places, products=_products(norm), people=people, numbers=extract_numbers(norm), areas=_areas(norm)
     )

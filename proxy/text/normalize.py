@@ -120,7 +120,8 @@ class Segmenter:
 @functools.cache
 def default_segmenter() -> Segmenter:
     """A segmenter for callers that pass none (tests, benchmarks, one-off tools), built on first
-    use; the proxy passes its own everywhere and never builds this one."""
+    use and asked for only where a text is cut, so a caller that cuts nothing never builds it; the
+    proxy passes its own everywhere and never builds this one."""
     return Segmenter()
 
 
@@ -172,11 +173,11 @@ def _convert_decimal(match: re.Match[str]) -> str:
     return match.group() if value is None else format_number(value)
 
 
-def _convert_chinese_numerals(text: str, segmenter: Cutter) -> str:
+def _convert_chinese_numerals(text: str, segmenter: Cutter | None) -> str:
     if not any(c in _NUMERAL_CHARS for c in text):
         return text
     text = _DECIMAL_NUMERAL.sub(_convert_decimal, text)
-    words = segmenter.words(text)
+    words = (segmenter or default_segmenter()).words(text)
     out = [_convert_word(word, words[i + 1] if i + 1 < len(words) else "") for i, word in enumerate(words)]
     return "".join(out)
 
@@ -222,7 +223,7 @@ def normalize_text(text: str, *, segmenter: Cutter | None = None) -> NormalText:
     text = _CJK_GAP.sub("", text)
     text = _SPACE_BEFORE_PUNCT.sub("", text)
     text = _collapse_punctuation(text)
-    text = _convert_chinese_numerals(text, segmenter or default_segmenter())
+    text = _convert_chinese_numerals(text, segmenter)
     text = _convert_units(text)
     text = _EN_NUMBER.sub(lambda m: _EN_NUMBERS[m.group(1)], text)
     return NormalText(_TRAILING_PUNCT.sub("", text))
