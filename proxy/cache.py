@@ -29,6 +29,7 @@ from proxy.reach import fits_limit, nearest_of_both, repeated, visible, write_sc
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.storage.vectors import Hits, VectorIndex
+from proxy.text.normalize import Cutter
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
 LOAD_BATCH = 32768  # records per hop to the index's thread at a rebuild: ~50 MB of float32 in flight
@@ -92,8 +93,11 @@ class SemanticCache:
         top_k: int,
         clock: Callable[[], float] = time.time,
         verifier: BatchingVerifier | None = None,
+        segmenter: Cutter | None = None,
     ) -> None:
+        """``segmenter``: the app's, which reads an answer's key facts (None: the default one)."""
         self.store = store
+        self.segmenter = segmenter
         self.verifier = verifier  # None: no verdicts, so intents that verify serve no hits
         self.index = index
         self.ready_after = ready_after
@@ -386,7 +390,7 @@ class SemanticCache:
         cap = request.answer_cap if cut else None
         ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
         # tens of ms of jieba on a long answer: off the event loop
-        facts = await asyncio.to_thread(extract_key_facts, answer)
+        facts = await asyncio.to_thread(extract_key_facts, answer, segmenter=self.segmenter)
         record = Record(
             cache_id="sc-" + uuid.uuid4().hex[:20],
             tenant=who.tenant,

@@ -26,6 +26,7 @@ from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.redis_versions import BEAT_S
 from proxy.storage.shared import SharedRecordStore, VersionRegister
+from proxy.text.normalize import Cutter
 from proxy.verify.batching import BatchingVerifier
 
 log = structlog.get_logger("smartcache")
@@ -224,6 +225,7 @@ async def open_cache(
     box: PolicyBox,
     verifier: BatchingVerifier | None,
     metrics: Metrics,
+    segmenter: Cutter | None = None,
 ) -> tuple[SemanticCache, int]:
     """The cache over ``store`` and how many records its index holds: the index from the snapshot
     (resumed by the feed's checkpoint on a shared store), kept level (versions, feed) and saved at
@@ -236,7 +238,9 @@ async def open_cache(
     if snapshot is not None and store.shared is None:
         saved = await asyncio.to_thread(_saved_keys, s.index_snapshot_path, stamp)
     index = snapshot if resume is not None and snapshot is not None else HnswIndex(dim)
-    cache = SemanticCache(store.records, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifier)
+    cache = SemanticCache(
+        store.records, index, ready_after=s.ready_after, top_k=s.top_k, verifier=verifier, segmenter=segmenter
+    )
     for label, key in (resume.keys if resume is not None else {}).items():
         cache.pools.add(label, key)
     feed = None if store.shared is None else ChangeFeed(store.shared, cache, gauges=metrics)

@@ -28,7 +28,7 @@ from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings
 from proxy.storage.backends import BACKENDS, Backend, Store, open_store
 from proxy.storage.shared import SharedRecordStore
-from proxy.text.normalize import default_segmenter
+from proxy.text.normalize import Segmenter
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
 from proxy.upstream.prewarm import Prewarmer
@@ -173,12 +173,15 @@ async def open_parts(
         classifier = await IntentClassifier.build(policy, embedder)
         box = PolicyBox(policy, classifier)
         await report_vector_search(store.shared, s, metrics)
-        cache, loaded = await open_cache(stack, s, store, dim=backend.dim, box=box, verifier=verifying, metrics=metrics)
-        judge = HitJudge(window=max(s.ready_after, 1.0))
         # jieba's dictionary and tagger are slow to build: now, off the loop, before the port
         # opens, rather than inside the first request, which every fresh process would pay (the
-        # `sign` stage of a fresh proxy's first `chat.request` log line shows the cost)
-        segmenter = await asyncio.to_thread(default_segmenter)
+        # `sign` stage of a fresh proxy's first `chat.request` log line shows the cost). The app's
+        # own, handed to every part that reads text: nothing it serves builds the default one
+        segmenter = await asyncio.to_thread(Segmenter)
+        cache, loaded = await open_cache(
+            stack, s, store, dim=backend.dim, box=box, verifier=verifying, metrics=metrics, segmenter=segmenter
+        )
+        judge = HitJudge(window=max(s.ready_after, 1.0))
         signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens), segmenter=segmenter)
         settling = Settling()
         stack.push_async_callback(settling.close)  # first: answers given are kept before the index is saved

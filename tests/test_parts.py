@@ -10,11 +10,13 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pytest
 
 import proxy.indexing
+import proxy.parts
 from proxy.embedding.backends import Matrix, l2_normalise
 from proxy.indexing import checkpoint_path
 from proxy.observability.metrics import Metrics
@@ -170,22 +172,15 @@ async def test_a_failed_start_closes_what_opened_and_saves_nothing(
         await real_close(self)
 
     monkeypatch.setattr(SqliteStore, "close", close)
-    monkeypatch.setattr(asyncio, "to_thread", _failing_segmenter(asyncio.to_thread))
+    monkeypatch.setattr(proxy.parts, "ContextSigner", _failing_signer)
     s = settings(tmp_path, "sqlite")
-    with pytest.raises(RuntimeError, match="no segmenter"):
+    with pytest.raises(RuntimeError, match="no signer"):
         async with open_parts(s, upstream_url=NOWHERE, metrics=Metrics(), backend=HashEmbedder()):
             pass
     assert closed == ["store"]
     assert not s.index_snapshot_path.exists() and not keys_path(s.index_snapshot_path).exists()
 
 
-def _failing_segmenter(to_thread: Callable[..., object]) -> Callable[..., object]:
-    """``asyncio.to_thread`` that fails the start where the segmenter is built (the last step)."""
-    from proxy.text.normalize import default_segmenter
-
-    async def run(fn: Callable[..., object], *args: object, **kwargs: object) -> object:
-        if fn is default_segmenter:
-            raise RuntimeError("no segmenter")
-        return await to_thread(fn, *args, **kwargs)  # type: ignore[misc]
-
-    return run
+def _failing_signer(*args: object, **kwargs: object) -> NoReturn:
+    """The start failing at a step after the cache opened its index (the signer is built then)."""
+    raise RuntimeError("no signer")

@@ -169,19 +169,41 @@ async def test_the_next_turn_of_a_long_conversation_embeds_only_its_question_and
     assert sig.view_text != first.view_text
 
 
-async def test_the_chinese_segmenter_is_built_at_start_not_in_the_first_request(
-    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+async def test_the_app_builds_its_own_segmenter_at_start_and_reads_every_text_with_it(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # jieba's dictionary takes over a second to build: inside a request, every fresh process's
-    # first one paid it on the event loop
-    default_segmenter.cache_clear()
+    # first one paid it on the event loop. And it is the app's: nothing the app serves reaches for
+    # the process-wide default, signing, deciding or keeping an answer's key facts
+    built: list[Segmenter] = []
+    init = Segmenter.__init__
+
+    def building(self: Segmenter) -> None:
+        built.append(self)
+        init(self)
+
+    monkeypatch.setattr(Segmenter, "__init__", building)
+    default = default_segmenter.cache_info()
     settings = load_settings(
-        environ={}, overrides={"data_dir": tmp_path, "model_home": model_home, "upstream": "http://127.0.0.1:9/v1"}
+        environ={},
+        overrides={"data_dir": tmp_path, "model_home": model_home, "ready_after": 0.0, "upstream": NOWHERE},
     )
+    who = Identity(tenant="t", session="s1", user=None, session_explicit=True)
     async with open_parts(settings, upstream_url=NOWHERE, metrics=Metrics(), backend=sync_embedder) as parts:
-        assert default_segmenter.cache_info().misses == 1
-        await sign(parts, ["那家酒店的早餐怎么样？"])
-        assert default_segmenter.cache_info().misses == 1
+        assert len(built) == 1
+        for turns in (
+            ["那家酒店的早餐怎么样？"],
+            ["那家酒店的早餐怎么样？", "早餐七点开始，在三楼。", "早餐几点开始？"],
+        ):
+            plan = await parts.planner.plan(chat(turns), who)
+            assert plan.signature is not None and plan.policy is not None
+            await parts.cache.write(
+                request=chat(turns), who=who, sig=plan.signature, policy=plan.policy, policy_version="v",
+                answer="早餐七点开始，在三楼，杭州本地菜为主。", usage={},
+            )  # fmt: skip
+        assert plan.decision is not None and plan.decision.record is not None  # the guards read a candidate
+        assert len(built) == 1
+    assert default_segmenter.cache_info()[:2] == default[:2]  # neither built nor asked for
 
 
 async def test_view_tokens_caps_what_a_view_embeds_and_the_older_turns_count_as_chunks(
