@@ -109,7 +109,7 @@ class Planner:
             return Plan(Status.MISS, feedback, sig, None if feedback in UNSTORED else policy)
         switched = sig.tags.context_switch
         if req.controls.no_cache or (switched and not policy.shares_repeats):
-            return Plan(Status.MISS, Reason.TOPIC_SWITCH if switched else Reason.NO_CACHE, sig, policy)
+            return unlooked(sig, policy)
         t = time.perf_counter()
         # answers given before this request arrived are searched, though their writing may go on:
         # those near enough to change the decision (the session's own were waited for above); in
@@ -130,3 +130,11 @@ class Planner:
         ):
             return Plan(Status.MISS, Reason.PENDING, sig, policy, decision)
         return Plan(decision.status, decision.reason, sig, policy, decision)
+
+
+def unlooked(sig: Signature, policy: IntentPolicy) -> Plan:
+    """The plan of a request answered without a lookup, its answer kept: one that said no-cache, a
+    turn that left its topic and may not share a repeat, a past turn warmed in (proxy.tools.warm)."""
+    if not policy.cache:
+        return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)
+    return Plan(Status.MISS, Reason.TOPIC_SWITCH if sig.tags.context_switch else Reason.NO_CACHE, sig, policy)

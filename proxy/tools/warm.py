@@ -5,7 +5,10 @@ live request: the tenant is the hash of an API key (``api_key``, else each conve
 ``tenant`` taken as its API key, as the replay harness sends it), the model is the one clients
 will name, and the session is the one the proxy derives for a client that sends no session header
 (``keep_sessions``: the trace's own ids, for clients that send them as x-smartcache-session).
-Intents the policy widens reach every conversation of the tenant anyway.
+Intents the policy widens reach every conversation of the tenant anyway. What is kept is what the
+proxy keeps of a request answered without a lookup (``proxy.planner.unlooked``, through
+``proxy.writeback.WriteBack``): no answer of an intent never cached, the answer of a turn that
+left its topic as the proxy keys it.
 
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
 skipped. Conversations are signed concurrently, so the embedder micro-batches them.
@@ -30,9 +33,10 @@ from proxy.model import SessionLast
 from proxy.observability.metrics import Metrics
 from proxy.openai.request import ChatRequest, parse_chat_request
 from proxy.parts import NOWHERE, Parts, open_parts
+from proxy.planner import unlooked
 from proxy.settings import Settings
 from proxy.signing.conversation import request_hash
-from proxy.storage.base import Selector
+from proxy.storage.base import Selector, StoreUnavailable
 from proxy.tools.datasets.traces import Conversation
 
 WARM_ADVICE = (
@@ -64,6 +68,7 @@ async def _warm_one(parts: Parts, conv: Conversation, target: WarmTarget, salt: 
     written = skipped = 0
     history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
     who: Identity | None = None  # fixed by the opening turn, as the derived session is
+    noted = False
     for turn in conv.turns:
         msgs = [*history, {"role": "user", "content": turn.user}]
         req = parse_chat_request(orjson.dumps({"model": target.model, "messages": msgs}))
@@ -73,22 +78,19 @@ async def _warm_one(parts: Parts, conv: Conversation, target: WarmTarget, salt: 
             if await parts.cache.store.find(selector, limit=1):
                 skipped += 1
             else:
+                # the past turn's answer is kept by the proxy's own rule, as a request answered
+                # without a lookup would have it kept
                 sig = await parts.signer.sign(req)
-                policy = parts.policy_box.policy.for_intent(sig.tags.intent)
-                if policy.cache and not sig.tags.context_switch:
-                    await parts.cache.write(
-                        request=req,
-                        who=who,
-                        sig=sig,
-                        policy=policy,
-                        policy_version=parts.policy_box.policy.version,
-                        answer=turn.answer,
-                        usage={},
-                    )
+                plan = unlooked(sig, parts.policy_box.policy.for_intent(sig.tags.intent))
+                kept = await parts.write_back.keep(req, who, plan, turn.answer, {})
+                if kept.failed:  # a warm-up that reported records it never wrote would be believed
+                    raise StoreUnavailable(f"the store refused a warmed answer of conversation {conv.id}")
+                if kept.record is not None:
                     written += 1
+                noted = True
         history = [*msgs, {"role": "assistant", "content": turn.answer or ""}]
-    if who is not None and written:
-        # writing made each answer its session's last: a client then asking the same question
+    if who is not None and noted:
+        # keeping made each answer its session's last: a client then asking the same question
         # would look like a regenerate of it. A warmed session has no last answer of its own.
         await parts.cache.store.set_session_last(who.tenant, who.session, SessionLast("", False, ""))
     return written, skipped

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 import proxy.cli
 from proxy.cli import build_parser, main
+from proxy.http import keys
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
 
@@ -18,24 +20,26 @@ QUESTION = "What is the boiling point of water at sea level?"
 ANSWER = "100 degrees Celsius at sea level (warmed)."
 
 
-def _trace(path: Path) -> Path:
+def _trace(path: Path, *turns: dict[str, str]) -> Path:
     conv = {
         "id": "w-1",
         "category": "warm",
         "tenant": "trace-tenant",
         "session": "trace-session-1",
         "system": SYSTEM,
-        "turns": [{"user": QUESTION, "key": "K1", "answer": ANSWER}],
+        "turns": list(turns) or [{"user": QUESTION, "key": "K1", "answer": ANSWER}],
     }
     path.write_text(json.dumps(conv) + "\n", encoding="utf-8")
     return path
 
 
-async def _warm(tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> None:
+async def _warm(
+    tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch, *flags: str, turns: Sequence[dict[str, str]] = ()
+) -> None:
     monkeypatch.setenv("SMARTCACHE_MODEL_HOME", str(model_home))
     # the command configures structlog for the whole process; later tests capture its logs
     monkeypatch.setattr(proxy.cli, "configure_logging", lambda level, **_: None)
-    argv = ["warm", str(_trace(tmp_path / "t.jsonl")), "--data-dir", str(tmp_path / "data"), *flags]
+    argv = ["warm", str(_trace(tmp_path / "t.jsonl", *turns)), "--data-dir", str(tmp_path / "data"), *flags]
     assert await asyncio.to_thread(main, argv) == 0
 
 
@@ -61,6 +65,23 @@ async def test_without_an_api_key_each_conversations_tenant_is_its_key(
     client = proxy.client("trace-tenant", **{"x-smartcache-session": "trace-session-1"})
     status, text, _ = await chat(client, ask(QUESTION))
     assert (status, text) == ("hit", ANSWER)
+
+
+@pytest.mark.slow
+async def test_warm_keeps_what_the_proxy_keeps_of_a_request_it_never_looked_up(
+    make_proxy: ProxyFactory, tmp_path: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An intent never cached leaves no record; a turn that left its topic is kept, as the proxy
+    keeps it."""
+    turns = [
+        {"user": "周末去杭州玩三天，帮我排一个行程", "key": "T", "answer": "第一天西湖，第二天灵隐寺。(warmed)"},
+        {"user": "明天的会议纪要帮我整理一下", "key": "M", "answer": "请把会议记录发给我。(warmed)"},
+        {"user": "今天杭州天气怎么样？", "key": "W", "answer": "晴。(warmed)"},
+    ]
+    await _warm(tmp_path, model_home, monkeypatch, "--model", "m", "--api-key", "key-A", turns=turns)
+    proxy = await make_proxy()
+    kept = [(r.answer_text, r.coarse_tags.context_switch) async for r in proxy.app[keys.CACHE].store.iter_live()]
+    assert sorted(kept) == sorted([(turns[0]["answer"], False), (turns[1]["answer"], True)])
 
 
 def test_warm_help_offers_its_own_flags_and_no_serve_only_ones() -> None:
