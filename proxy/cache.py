@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ import structlog
 from proxy.decision.decide import DecisionContext, decide_in, verification_rounds
 from proxy.decision.validate import extract_key_facts
 from proxy.identity import Identity
+from proxy.index_load import read_index
 from proxy.model import SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
 from proxy.openai.request import ChatRequest
 from proxy.policy import IntentPolicy
@@ -32,7 +32,6 @@ from proxy.storage.vectors import Hits, VectorIndex
 from proxy.text.normalize import Cutter
 from proxy.verify.batching import BatchingVerifier, VerifierBusy
 
-LOAD_BATCH = 32768  # records per hop to the index's thread at a rebuild: ~50 MB of float32 in flight
 NEGATIVE_FEEDBACK = -0.6
 POSITIVE_FEEDBACK = 0.1
 
@@ -122,22 +121,9 @@ class SemanticCache:
         if self._rebuild is not None:
             return len(self.index)
         log = self._rebuild = _Rebuild()
-        collecting = gc.isenabled()
         try:
-            pools = Pools()
-            # a million keys are read here, none of them in a cycle: the collector would walk the
-            # growing heap again and again (a third of the time at 1M records)
-            gc.disable()
-            if snapshot is not None and saved_keys is not None:
-                await self._read_saved(pools, saved_keys)
-                fresh = None
-            else:
-                fresh = await self._read(pools, None if snapshot is not None else self.index.fresh())
-            if fresh is None:
-                assert snapshot is not None
-                await self._level(snapshot, pools)
-                fresh = snapshot
-            self.index, self.pools = fresh, pools
+            index, pools = await read_index(self.store, self.index, snapshot=snapshot, saved_keys=saved_keys)
+            self.index, self.pools = index, pools
             for label, vector, key in log.added:
                 if label not in log.forgotten:
                     self.index.add([label], vector.reshape(1, -1), [key])
@@ -145,49 +131,7 @@ class SemanticCache:
             self._forget_now(list(log.forgotten))
         finally:
             self._rebuild = None
-            if collecting:
-                gc.enable()
         return len(pools.keys)
-
-    async def _read(self, pools: Pools, into: VectorIndex | None) -> VectorIndex | None:
-        """Every live record's key into ``pools`` and, given an index to fill, its vector into that,
-        a batch at a time: a million vectors never sit in memory twice."""
-        batch: list[IndexRow] = []
-        async for row in self.store.iter_index_rows(vectors=into is not None):
-            pools.add(row.label, row.key)
-            if into is not None:
-                batch.append(row)
-                if len(batch) >= LOAD_BATCH:
-                    await asyncio.to_thread(_add_rows, into, batch)
-                    batch = []
-        if into is not None and batch:
-            await asyncio.to_thread(_add_rows, into, batch)
-        return into
-
-    async def _read_saved(self, pools: Pools, saved: Mapping[int, IndexKey]) -> None:
-        """Every live record's key into ``pools``: a label's key never changes, so a saved one is
-        its key still; the store is asked only for the labels written since the save."""
-        known, unsaved = [], []
-        for label in await self.store.live_labels():
-            key = saved.get(label)
-            if key is None:
-                unsaved.append(label)
-            else:
-                known.append((label, key))
-        pools.add_many(known)
-        pools.add_many((row.label, row.key) for row in await self.store.index_rows(sorted(unsaved), vectors=False))
-
-    async def _level(self, snapshot: VectorIndex, pools: Pools) -> None:
-        """Labels are never reused and a record's vector and key never change, so the difference of
-        the label sets is all that can be stale."""
-        have = snapshot.labels()
-        wanted = set(pools.keys)
-        await asyncio.to_thread(snapshot.delete, have - wanted)
-        rows = await self.store.vectors_of(sorted(wanted - have))
-        if rows:
-            matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), snapshot.dim)
-            labels = [lab for lab, _ in rows]
-            await asyncio.to_thread(snapshot.add, labels, matrix, [pools.keys[lab] for lab in labels])
 
     @property
     def keys(self) -> dict[int, IndexKey]:
@@ -459,8 +403,3 @@ class SemanticCache:
 
 def _with_label(record: Record, label: int) -> Record:
     return replace(record, label=label)
-
-
-def _add_rows(index: VectorIndex, rows: list[IndexRow]) -> None:
-    matrix = np.frombuffer(b"".join(r.vector or b"" for r in rows), dtype=np.float32).reshape(len(rows), index.dim)
-    index.add([r.label for r in rows], matrix, [r.key for r in rows])
