@@ -1,4 +1,4 @@
-"""Precision and recall of the change detector (proxy.decision.change.detect_change) on labelled cases.
+"""Precision and recall of the change detector (proxy.core.decision.change.detect_change) on labelled cases.
 
 Each case is a candidate's conversation (the user turns its cached answer was written for) and
 the request's new user turn, labelled no_change / modifies_context / new_topic. The request's
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
-from proxy.decision.change import ChangeKind, detect_change
-from proxy.text.entities import extract_entities, merge_entities
-from proxy.text.normalize import normalize_text
-from proxy.text.phrases import KeywordRules
+from proxy.core.decision.change import ChangeKind, detect_change
+from proxy.core.text.entities import extract_entities, merge_entities
+from proxy.core.text.normalize import normalize_text
+from proxy.core.text.phrases import KeywordRules
 
 NO, MOD, NEW = ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,10 +29,10 @@ from bench_change import (
     predict,
 )
 
-from proxy.decision.change import ChangeKind
+from proxy.core.decision.change import ChangeKind
+from proxy.core.text.normalize import normalize_text
+from proxy.core.text.phrases import change_signals
 from proxy.embedding.packs import load_embedder
-from proxy.text.normalize import normalize_text
-from proxy.text.phrases import change_signals
 
 LABELS = [ChangeKind.NO_CHANGE, ChangeKind.MODIFIES_CONTEXT, ChangeKind.NEW_TOPIC]
 SIGNALS = ("negation", "addition", "modification", "topic")

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proxy.observability.metrics import Metrics
-from proxy.parts import open_parts
+from proxy.service.compose import open_parts
 from proxy.settings import load_settings
 
 MT_BENCH = {

@@ -1,5 +1,5 @@
-"""Never-cache recall and false bypasses (proxy/text/never_cache.py, carried over a conversation
-by proxy/text/carry_over.py) on labelled realtime / medical / other utterances, English and
+"""Never-cache recall and false bypasses (proxy/core/text/never_cache.py, carried over a conversation
+by proxy/core/text/carry_over.py) on labelled realtime / medical / other utterances, English and
 Chinese, single turns and follow-ups.
 
 Labelled sets:
@@ -46,11 +46,11 @@ from measurement import DEFAULT_MODEL_HOME
 from rich.console import Console
 from rich.table import Table
 
+from proxy.core.conversation import Normalizer
+from proxy.core.policy import load_policy
 from proxy.embedding.backends import SyncEmbedder
 from proxy.embedding.packs import load_embedder
-from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
-from proxy.signing.conversation import Normalizer
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.never_cache_head import head_for
 from proxy.signing.signer import SignerSettings

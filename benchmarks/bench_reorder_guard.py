@@ -1,4 +1,4 @@
-"""What the reordered-words guard (proxy.text.lexical.reordered) costs and buys on labelled
+"""What the reordered-words guard (proxy.core.text.lexical.reordered) costs and buys on labelled
 Chinese pairs: how many paraphrases (label 1) and different questions (label 0) each of its
 tests flags. A flagged pair becomes a half-hit (answered upstream, never served from the cache),
 so a flagged paraphrase costs a hit and a flagged different question saves a wrong answer. The
@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from proxy.text.lexical import numbers_reordered, reordered, spans_swapped, tokens, transposed
-from proxy.text.normalize import normalize_text
+from proxy.core.text.lexical import numbers_reordered, reordered, spans_swapped, tokens, transposed
+from proxy.core.text.normalize import normalize_text
 
 SETS = ("lcqmc", "bq", "atec")
 

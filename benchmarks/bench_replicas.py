@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from proxy.cache import SemanticCache
-from proxy.model import KeyFacts, Record, RecordState, RecordTags, SessionLast
+from proxy.core.model import KeyFacts, Record, RecordState, RecordTags, SessionLast
+from proxy.service.cache import SemanticCache
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Selector
 from proxy.storage.feed import ChangeFeed, FeedCheckpoint
 from proxy.storage.hnsw import HnswIndex
@@ -165,7 +165,7 @@ async def started(store: RedisStore, index: HnswIndex) -> tuple[SemanticCache, C
 async def restart(url: str, missed: int) -> tuple[int, float, float, float]:
     """Live records, and the seconds a replica takes to start when ``missed`` records were written
     while it was away: from the records, from its snapshot levelled with the records, from its
-    checkpoint (the start-up paths of proxy.parts)."""
+    checkpoint (the start-up paths of proxy.service.compose)."""
     store = await RedisStore.open(url)
     cache, feed = await started(store, HnswIndex(DIM))
     await feed.start()

@@ -149,7 +149,7 @@ def answers() -> dict[str, list[str]]:
 
 
 def facts_ms(texts: list[str]) -> float:
-    from proxy.decision.validate import extract_key_facts
+    from proxy.core.decision.validate import extract_key_facts
 
     for text in texts[:5]:
         extract_key_facts(text)

@@ -42,19 +42,19 @@ from pathlib import Path
 
 import numpy as np
 
-from proxy.cache import SemanticCache
-from proxy.decision.validate import extract_key_facts
-from proxy.feedback import HitJudge
-from proxy.lifecycle import Capacity, Lifecycle
-from proxy.model import Record, RecordTags
+from proxy.core.decision.validate import extract_key_facts
+from proxy.core.model import Record, RecordTags
+from proxy.core.text.entities import Entities
+from proxy.core.text.normalize import NormalText
+from proxy.core.text.numbers import NumericConstraint
 from proxy.observability.metrics import Metrics
+from proxy.service.cache import SemanticCache
+from proxy.service.feedback import HitJudge
+from proxy.service.lifecycle import Capacity, Lifecycle
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import keys_path, load_keys, save_keys
 from proxy.storage.mirror import Want
 from proxy.storage.sqlite import SqliteStore
-from proxy.text.entities import Entities
-from proxy.text.normalize import NormalText
-from proxy.text.numbers import NumericConstraint
 
 PER = 100_000
 INTENTS = ("travel", "shopping", "code", "general", "chitchat", "doc_rewrite", "after_sales", "refund")

@@ -37,9 +37,9 @@ import hnswlib
 import numpy as np
 from bench_store import release_heap, rss_bytes, unit_vectors
 
-from proxy.cache import SemanticCache
-from proxy.identity import Identity
-from proxy.reach import visible
+from proxy.core.identity import Identity
+from proxy.service.cache import SemanticCache
+from proxy.service.reach import visible
 from proxy.storage.base import IndexKey
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import keys_path, load_keys, save_keys

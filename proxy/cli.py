@@ -100,7 +100,7 @@ async def _until_stopped(app: web.Application, settings: Settings) -> None:
 
     def on_hup() -> None:
         async def go() -> None:
-            from proxy.policy import PolicyError
+            from proxy.core.policy import PolicyError
 
             try:
                 print(f"policy reloaded: {await reload_policy(app)}", file=sys.stderr, flush=True)
@@ -157,8 +157,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_check_policy(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from proxy.policy import PolicyError, load_policy
-    from proxy.policy_table import policy_table
+    from proxy.core.policy import PolicyError, load_policy
+    from proxy.core.policy_table import policy_table
 
     try:
         policy = load_policy(args.file)
@@ -222,7 +222,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from proxy.policy import load_policy
+    from proxy.core.policy import load_policy
     from proxy.tools.calibrate import (
         calibrate,
         calibrate_verifier,

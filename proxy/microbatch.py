@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from proxy.errors import ServiceError
+from proxy.core.errors import ServiceError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -15,7 +15,7 @@ from typing import Any, get_args, get_type_hints
 
 import yaml
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.storage.backends import BACKENDS
 from proxy.upstream.hints import FLAVOURS
 

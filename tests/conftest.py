@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web_app
 import httpx
 import openai
 import pytest
@@ -19,7 +20,7 @@ from proxy.embedding.packs import install_pack, load_embedder
 from proxy.http import keys
 from proxy.http.app import create_app
 from proxy.observability.metrics import Metrics
-from proxy.parts import Parts, open_parts
+from proxy.service.compose import Parts, open_parts
 from proxy.settings import Settings, load_settings
 from tests.scripted_upstream import Script, scripted_app
 
@@ -49,6 +50,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         limits = [limit for name, limit in MARKER_TIMEOUTS.items() if item.get_closest_marker(name)]
         if limits and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(max(limits)))
+
+
+@pytest.fixture(autouse=True)
+def _aiohttp_forgets_finished_apps() -> Iterator[None]:
+    """aiohttp keeps the middleware chains of the last 1024 applications in an lru_cache keyed by
+    the applications themselves (``web_app._cached_build_middleware``), and so every part each
+    one owns: one process serves one app, but a test session builds hundreds, each with its own
+    index and segmenter, and would hold them all until it runs out of memory."""
+    yield
+    cached = getattr(aiohttp.web_app, "_cached_build_middleware", None)
+    if cached is not None:
+        cached.cache_clear()
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +124,7 @@ class _SettledBody(httpx.AsyncByteStream):
 
 class SettledTransport(httpx.AsyncBaseTransport):
     """httpx's own transport, each response closing only once the proxy's bookkeeping after its
-    replies is done (proxy.settling).
+    replies is done (proxy.service.settling).
 
     In process, the proxy and the test share one event loop, so that bookkeeping would run between
     the test's statements; a client elsewhere sees it done a round trip later. Tests of reading

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from proxy.model import CoarseTags, KeyFacts, Record, RecordTags, Signature
-from proxy.text.entities import Entities
+from proxy.core.model import CoarseTags, KeyFacts, Record, RecordTags, Signature
+from proxy.core.text.entities import Entities
 
 
 def unit_vector(dim: int, seed: int | None = None) -> bytes:

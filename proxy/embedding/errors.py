@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 
 class PackError(ConfigError):

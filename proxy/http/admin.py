@@ -4,7 +4,7 @@ client calls with its own API key: feedback on its tenant's own records.
 With no token configured the admin routes answer 404, as if they did not exist. Invalidation is a
 dry run unless the body says ``"apply": true``; a tenant purge is not, since it is what a revoked
 key calls for at once. The tenant's feedback route (``TENANT_FEEDBACK``) needs no admin token: its
-tenant is the hash of the caller's key (proxy/identity.py), and a record of any other tenant is
+tenant is the hash of the caller's key (proxy/core/identity.py), and a record of any other tenant is
 answered as one that does not exist.
 """
 
@@ -18,14 +18,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import InvalidRequest, NotFound, Unauthorized
-from proxy.feedback import THUMBS, thumb
+from proxy.core.errors import InvalidRequest, NotFound, Unauthorized
+from proxy.core.identity import ANONYMOUS, caller_tenant, tenant_of
+from proxy.core.model import RecordState
+from proxy.core.policy import PolicyError
 from proxy.http import keys
-from proxy.identity import ANONYMOUS, caller_tenant, tenant_of
-from proxy.indexing import policy_changed
-from proxy.model import RecordState
-from proxy.parts import load_policy_for
-from proxy.policy import PolicyError
+from proxy.service.compose import load_policy_for
+from proxy.service.feedback import THUMBS, thumb
+from proxy.service.indexing import policy_changed
 from proxy.signing.intent import IntentClassifier
 from proxy.storage.base import Selector
 
@@ -67,7 +67,7 @@ def guarded(handler: Handler) -> Handler:
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise Unauthorized("admin routes need Authorization: Bearer <SMARTCACHE_ADMIN_TOKEN>")
-        # every answer already given is in what the route reads or changes (proxy.settling)
+        # every answer already given is in what the route reads or changes (proxy.service.settling)
         await request.app[keys.CHAT].settling.everything()
         return await handler(request)
 
@@ -252,7 +252,7 @@ async def feedback(request: web.Request) -> web.Response:
 
 
 def _caller_tenant(request: web.Request) -> str:
-    """The tenant of the key the client sends, as its chat requests are keyed (proxy/identity.py);
+    """The tenant of the key the client sends, as its chat requests are keyed (proxy/core/identity.py);
     no credential is refused: the anonymous tenant is everyone without a key."""
     tenant = caller_tenant(request.headers, salt=request.app[keys.TENANT_SALT], query=tuple(request.query.items()))
     if tenant == ANONYMOUS:
@@ -263,7 +263,7 @@ def _caller_tenant(request: web.Request) -> str:
 async def tenant_feedback(request: web.Request) -> web.Response:
     """POST /v1/smartcache/feedback with the client's own key: a thumb on a record of its tenant."""
     tenant = _caller_tenant(request)
-    # the answer just received may still be being written (proxy.settling): its id names it then
+    # the answer just received may still be being written (proxy.service.settling): its id names it then
     await request.app[keys.CHAT].settling.everything()
     return await _record_feedback(request, tenant=tenant)
 

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 import structlog
 from aiohttp import web
 
-from proxy.datadir import data_dir_lock, tenant_salt
 from proxy.embedding.backends import SyncEmbedder
 from proxy.http import keys
 from proxy.http.admin import add_admin_routes
@@ -16,9 +15,10 @@ from proxy.http.chat import ChatService
 from proxy.http.middlewares import error_middleware
 from proxy.http.race import races
 from proxy.http.routes import add_routes
-from proxy.lifecycle import Capacity, Lifecycle, running
 from proxy.observability.metrics import Metrics
-from proxy.parts import Parts, open_parts
+from proxy.service.compose import Parts, open_parts
+from proxy.service.datadir import data_dir_lock, tenant_salt
+from proxy.service.lifecycle import Capacity, Lifecycle, running
 from proxy.settings import Settings
 from proxy.upstream.engine import LocalEngine
 from proxy.upstream.readiness import Readiness

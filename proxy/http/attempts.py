@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from proxy.errors import UpstreamError
+from proxy.core.errors import UpstreamError
 from proxy.http.outcome import Outcome
 from proxy.http.race import UpstreamCall
 from proxy.http.relay import OurHeaders, Relayed, relay_json, relay_stream

@@ -15,27 +15,27 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.cache import SemanticCache
-from proxy.errors import UpstreamError
-from proxy.feedback import HitJudge
+from proxy.core.errors import UpstreamError
+from proxy.core.identity import Identity
+from proxy.core.lru import LruDict
+from proxy.core.model import Reason, Record, Signature, Status
+from proxy.core.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
+from proxy.core.policy import IntentPolicy
 from proxy.http.attempts import relay_with_retry
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
 from proxy.http.relay import Relayed
-from proxy.identity import Identity
-from proxy.lru import LruDict
-from proxy.model import Reason, Record, Signature, Status
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
-from proxy.planner import Plan, Planner
-from proxy.policy import IntentPolicy
-from proxy.settling import Settling
+from proxy.service.cache import SemanticCache
+from proxy.service.feedback import HitJudge
+from proxy.service.planner import Plan, Planner
+from proxy.service.settling import Settling
+from proxy.service.writeback import WriteBack, record_vector
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
 from proxy.upstream.routing import routing_session
-from proxy.writeback import WriteBack, record_vector
 
 __all__ = ["ChatService"]
 

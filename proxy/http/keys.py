@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.cache import SemanticCache
 from proxy.embedding.batching import BatchingEmbedder
-from proxy.feedback import HitJudge
 from proxy.http.chat import ChatService
 from proxy.observability.metrics import Metrics
-from proxy.planner import PolicyBox
+from proxy.service.cache import SemanticCache
+from proxy.service.feedback import HitJudge
+from proxy.service.planner import PolicyBox
 from proxy.settings import Settings
 from proxy.signing.signer import ContextSigner
 from proxy.storage.backends import Store

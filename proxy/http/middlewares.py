@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from proxy.errors import ClientError, UpstreamError, UpstreamStatus, error_body
+from proxy.core.errors import ClientError, UpstreamError, UpstreamStatus, error_body
 
 log = structlog.get_logger("smartcache")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -11,8 +11,8 @@ from enum import StrEnum
 
 import structlog
 
-from proxy.identity import Identity
-from proxy.model import Decision, Reason, Signature, Status
+from proxy.core.identity import Identity
+from proxy.core.model import Decision, Reason, Signature, Status
 from proxy.observability.metrics import Metrics
 
 log = structlog.get_logger("smartcache")
@@ -63,7 +63,7 @@ class Outcome:
     signature: Signature | None = None
     response_id: str | None = None
     decision: Decision | None = None
-    # the bookkeeping still running after the reply (proxy.settling); the log line waits for it
+    # the bookkeeping still running after the reply (proxy.service.settling); the log line waits for it
     settling: asyncio.Task[None] | None = None
 
 

@@ -13,10 +13,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.core.errors import UpstreamError, UpstreamUnavailable
+from proxy.core.openai.sse import StreamTee, answer_of_completion
 from proxy.http.outcome import Ending, Outcome
 from proxy.observability.metrics import Metrics
-from proxy.openai.sse import StreamTee, answer_of_completion
 from proxy.upstream import coalesce
 from proxy.upstream.client import JsonAnswer, Query, Upstream, chat_headers
 
@@ -80,7 +80,7 @@ async def relay_stream(
 
     A whole answer is relayed up to its end but for the end of the body itself: the caller ends it
     (``write_eof``) once what it does with the answer is under way, so the client cannot have
-    the answer before the proxy has registered its keeping (proxy.settling)."""
+    the answer before the proxy has registered its keeping (proxy.service.settling)."""
     tee = StreamTee(strip_usage=strip_usage)
     out.upstream_status = resp.status
     response = web.StreamResponse(

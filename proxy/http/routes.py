@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.errors import BodyTooLarge, InvalidRequest, MethodNotAllowed, NotFound, SmartCacheError
+from proxy.core.errors import BodyTooLarge, InvalidRequest, MethodNotAllowed, NotFound, SmartCacheError
+from proxy.core.identity import identify
+from proxy.core.openai.request import parse_chat_request
 from proxy.http import keys
-from proxy.identity import identify
-from proxy.openai.request import parse_chat_request
 from proxy.upstream.client import chat_headers, forward_headers, response_headers
 
 # a streamed body keeps its declared length (else it goes chunked); a raw relay may carry any
@@ -149,7 +149,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    # the counters of every answer already given (proxy.settling)
+    # the counters of every answer already given (proxy.service.settling)
     await request.app[keys.CHAT].settling.everything()
     body, content_type = request.app[keys.METRICS].render()
     return web.Response(body=body, headers={"Content-Type": content_type})

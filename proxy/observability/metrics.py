@@ -21,12 +21,12 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from proxy.model import SCOPES, RecordState
+from proxy.core.model import SCOPES, RecordState
 
 Status = Literal["hit", "half_hit", "miss", "bypass"]
 Outcome = Literal["accepted", "corrected"]
 WriteOutcome = Literal["pending", "ready", "rejected"]
-# settle: waiting for other requests' bookkeeping still under way (proxy.settling), only when there was some
+# settle: waiting for other requests' bookkeeping still under way (proxy.service.settling), only when there was some
 Stage = Literal["parse", "settle", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)

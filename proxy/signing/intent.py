@@ -1,12 +1,12 @@
 """Intent classification: never-cache rules, forcing keywords, then nearest policy exemplars with a
 margin.
 
-The never-cache rules (proxy/text/never_cache.py) come first: a realtime or medical request the
+The never-cache rules (proxy/core/text/never_cache.py) come first: a realtime or medical request the
 exemplars miss would be stored and served to someone else, so recall there beats everything. They
 only name intents the policy defines and does not cache; a policy that caches realtime on
 purpose keeps its own classification. They read the conversation, not the turn alone: medical holds
 for the rest of the conversation it governs, realtime for the follow-ups that lean on it
-(proxy/text/carry_over.py). The forcing keywords of another never-cached intent count as one more
+(proxy/core/text/carry_over.py). The forcing keywords of another never-cached intent count as one more
 such rule, read in the user's own words (not in a text handed over to translate); realtime and
 medical keywords decide nothing, forced or as the exemplars' fallback: the rules read those words
 finer ("What is an exchange rate?", 天气 in a text to translate) and have had their say.
@@ -31,19 +31,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from proxy.lru import LruDict
-from proxy.policy import Policy
+from proxy.core.lru import LruDict
+from proxy.core.policy import Policy
+from proxy.core.text.carry_over import TurnReading, carried, read_turn
+from proxy.core.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch, fold
+from proxy.core.text.normalize import NormalText
+from proxy.core.text.phrases import KeywordRules
 from proxy.signing.never_cache_head import NeverCacheHead, head_for
-from proxy.text.carry_over import TurnReading, carried, read_turn
-from proxy.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch, fold
-from proxy.text.normalize import NormalText
-from proxy.text.phrases import KeywordRules
 
 if TYPE_CHECKING:  # the classifier only calls it: reading a turn loads no event loop or model runtime
     from proxy.embedding.batching import BatchingEmbedder
 
 GENERAL = "general"
-RULED = frozenset({MEDICAL, REALTIME})  # the never-cached intents proxy.text.never_cache recognises
+RULED = frozenset({MEDICAL, REALTIME})  # the never-cached intents proxy.core.text.never_cache recognises
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,7 @@ class IntentClassifier:
     def never_cached(self, asked: Sequence[str]) -> NeverCacheMatch | None:
         """The never-cache intent of the last of ``asked`` (a conversation's user turns as written),
         from the rules and this policy's forcing keywords of never-cached intents, carried over by
-        proxy.text.carry_over; None where the policy caches what the rules name."""
+        proxy.core.text.carry_over; None where the policy caches what the rules name."""
         found = carried([self._reading(turn) for turn in asked])
         return found if found is not None and found.intent in self._never_cached else None
 

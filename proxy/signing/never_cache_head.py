@@ -1,6 +1,6 @@
 """A learned reader of never-cache turns: a softmax layer over the turn's own embedding.
 
-The rules (proxy/text/never_cache.py) name what they know word by word; people say "My left
+The rules (proxy/core/text/never_cache.py) name what they know word by word; people say "My left
 eye has been twitching" or "三亚这几天风浪大不大" in words no list holds. The signer embeds every
 turn anyway, so one small matrix product over that vector reads what the words mean: other,
 realtime or medical. It reads the classes its manifest gives a level: medical, whose words
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from proxy.text.never_cache import NeverCacheMatch
+from proxy.core.text.never_cache import NeverCacheMatch
 
 __all__ = ["WEIGHTS_DIR", "NeverCacheHead", "head_for"]
 

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from proxy.core.conversation import Conversation, Cuts, Normalizer, Turn
+from proxy.core.lru import LruDict
+from proxy.core.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS, CoarseTags, Signature
+from proxy.core.openai.request import ChatRequest
+from proxy.core.text.entities import Entities, extract_entities, merge_entities
+from proxy.core.text.lexical import all_known, names_in, spelled_out, statements
+from proxy.core.text.normalize import Cutter, NormalText, default_segmenter, fold_space
+from proxy.core.text.phrases import change_instruction
 from proxy.embedding.batching import BatchingEmbedder
-from proxy.lru import LruDict
-from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS, CoarseTags, Signature
-from proxy.openai.request import ChatRequest
-from proxy.signing.conversation import Conversation, Cuts, Normalizer, Turn
 from proxy.signing.intent import GENERAL, IntentClassifier, IntentGuess
-from proxy.text.entities import Entities, extract_entities, merge_entities
-from proxy.text.lexical import all_known, names_in, spelled_out, statements
-from proxy.text.normalize import Cutter, NormalText, default_segmenter, fold_space
-from proxy.text.phrases import change_instruction
 
 
 @dataclass(frozen=True, slots=True)

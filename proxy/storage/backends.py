@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from proxy.storage.base import RecordStore

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from proxy.errors import ConfigError, ServiceError
-from proxy.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.core.errors import ConfigError, ServiceError
+from proxy.core.model import LIVE_STATES, Record, RecordState, SessionLast
 
 
 class StoreMismatch(ConfigError, ValueError):

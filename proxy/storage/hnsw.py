@@ -21,7 +21,7 @@ visits other tenants' nodes and calls the filter per node (bench_store.py times 
 hnswlib is not safe for concurrent add and search and fails when it fills: every call takes the
 lock, and graphs are resized before they fill. Calls block, so the cache runs them in an
 executor. SQLite is the source of truth: at start the index is either rebuilt from it or loaded
-from the snapshot written at the last shutdown and brought level with it (proxy.cache).
+from the snapshot written at the last shutdown and brought level with it (proxy.service.cache).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A lookup reads its candidates' rows after the index search (``SqliteStore.get_ma
 a hop to the connection's thread, queued behind the write-backs in flight, and under load the
 longest step of a hit answered from an exact repeat (benchmarks/soak.py). A record just written
 is kept as its row reads back: the session's next turn meets it as a candidate. One proxy owns a data
-directory while it serves (``proxy.datadir.data_dir_lock``), and every statement that changes a
+directory while it serves (``proxy.service.datadir.data_dir_lock``), and every statement that changes a
 stored record goes through its store, so the store can keep what it read true:
 
 - a change (a state, feedback, a delete) is announced before its first statement (``changing``)
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from proxy.lru import LruDict
-from proxy.model import Record
+from proxy.core.lru import LruDict
+from proxy.core.model import Record
 
 
 class RecentRecords:

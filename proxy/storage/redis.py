@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from proxy.model import Record, RecordState, SessionLast
+from proxy.core.model import Record, RecordState, SessionLast
 from proxy.storage import redis_lua
 from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, Usage
 from proxy.storage.redis_codec import (

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from redis import exceptions as redis_errors
 
-from proxy.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags
+from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags
 from proxy.storage.base import IndexKey, IndexRow, Ref, StoreUnavailable
 
 LIVE = frozenset(LIVE_STATES)

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from proxy.lru import LruDict
-from proxy.model import Record, RecordState, SessionLast
+from proxy.core.lru import LruDict
+from proxy.core.model import Record, RecordState, SessionLast
 from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
 from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite_sql import (
@@ -316,7 +316,7 @@ class SqliteStore:
     async def session_last(self, tenant: str, session: str) -> SessionLast | None:
         """Every request reads it first, and from the file that is a hop to the connection's thread
         queued behind every write-back in flight. One proxy owns a data directory while it serves
-        (``proxy.datadir.data_dir_lock``), so what this store wrote or read is what the file holds
+        (``proxy.service.datadir.data_dir_lock``), so what this store wrote or read is what the file holds
         until it writes again: a session met lately is answered from memory."""
         if (known := self._lasts.get((tenant, session))) is not None:
             return known[0]

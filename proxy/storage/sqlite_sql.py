@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from proxy.model import LIVE_STATES, KeyFacts, Record, RecordTags, SessionLast
+from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordTags, SessionLast
 from proxy.storage.base import INTERNED_ORDER, IndexKey, IndexRow, Selector
 
 # what the vector index and its filter need of a record (see IndexRow): its label, its vector and

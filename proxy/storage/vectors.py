@@ -1,6 +1,6 @@
 """The vector index seam: what the cache asks of the index that finds a request's nearest records.
 
-``HnswIndex`` (``storage.hnsw``) is the embedded one; the composition (``proxy.parts``) picks it
+``HnswIndex`` (``storage.hnsw``) is the embedded one; the composition (``proxy.service.compose``) picks it
 and the cache reads it through ``VectorIndex`` alone, so another index (a shared vector store) is
 one module and a line of composition, not an edit of the cache. Its calls block: the cache runs
 them in an executor, except the ``*_now`` ones, which do nothing rather than wait.

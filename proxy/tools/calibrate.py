@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from proxy.model import Reason
-from proxy.policy import Policy
+from proxy.core.model import Reason
+from proxy.core.policy import Policy
 from proxy.tools.replay import Row
 
 Z95 = 1.6449  # one-sided 95 %

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import orjson
 
+from proxy.core.identity import Identity
+from proxy.core.model import Status
+from proxy.core.openai.request import parse_chat_request
+from proxy.core.policy import Policy, check_embedding_model, load_policy
 from proxy.embedding.backends import SyncEmbedder
-from proxy.identity import Identity
-from proxy.model import Status
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import parse_chat_request
-from proxy.parts import NOWHERE, Parts, open_parts
-from proxy.policy import Policy, check_embedding_model, load_policy
+from proxy.service.compose import NOWHERE, Parts, open_parts
 from proxy.settings import Settings, load_settings
 from proxy.tools.datasets.traces import Conversation
 from proxy.verify import Verifier

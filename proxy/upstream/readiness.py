@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.errors import UpstreamError
+from proxy.core.errors import UpstreamError
 from proxy.upstream.client import Upstream
 
 PROBE_TIMEOUT_S = 2.0

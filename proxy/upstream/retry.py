@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from proxy.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
+from proxy.core.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 
 # statuses a gateway or a router answers for a replica it could not use; 429 and 4xx are the
 # request's own (a retry would be refused again), and other 5xx are rare enough to pass through

@@ -3,7 +3,7 @@
 A router in front of several engine replicas (vllm-router's ``consistent_hash``, SGLang's model
 gateway with a routing key) sends every request with one key to one replica, whose prefix cache
 then holds that conversation. The key is the conversation's session: the client's own, or the
-one derived from how the conversation opens for a client that sends none (``proxy.identity``),
+one derived from how the conversation opens for a client that sends none (``proxy.core.identity``),
 so every turn of it lands where its history is cached, through any proxy of a fleet.
 
 A half-hit is related to a record written by another session: that session's replica holds the
@@ -16,8 +16,8 @@ moves) keeps the conversation's own key.
 
 from __future__ import annotations
 
-from proxy.model import Decision, Record, Signature, Status
-from proxy.openai.request import SYSTEM_ROLES, ChatRequest
+from proxy.core.model import Decision, Record, Signature, Status
+from proxy.core.openai.request import SYSTEM_ROLES, ChatRequest
 
 
 def shared_prefix_chars(req: ChatRequest, sig: Signature, record: Record) -> int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy.core.model import Candidate, Record, Signature
 from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
-from proxy.model import Candidate, Record, Signature
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from proxy.core.errors import ConfigError
 from proxy.embedding.manifest import sha256_of
-from proxy.errors import ConfigError
 from proxy.verify.encoding import pad_batch, pair_ids
 from proxy.verify.graph import TOP_BITS, base_image, base_path, base_tokenizer, verifier_graph
 from proxy.verify.sides import PairSide, side_text

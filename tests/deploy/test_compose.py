@@ -310,7 +310,7 @@ def test_dockerfile_copies_what_the_package_build_and_the_runtime_read() -> None
         for src in ins.args.split()[:-1]
     }
     tool = pyproject["tool"]["setuptools"]
-    # a subpackage (proxy.text) is copied with the folder of its top-level package
+    # a subpackage (proxy.core.text) is copied with the folder of its top-level package
     needed = {
         "pyproject.toml",
         pyproject["project"]["readme"],

@@ -1,5 +1,5 @@
 """What a hit must match besides the conversation: the request parameters that shape the answer
-(proxy/openai/params.py, the README's "What a hit must match"). Through the openai SDK against
+(proxy/core/openai/params.py, the README's "What a hit must match"). Through the openai SDK against
 the real proxy and a scripted upstream: a JSON-mode client is never served the prose answer, a
 request allowed fewer tokens never gets a longer answer, and a bad limit is refused before it
 reaches anyone."""

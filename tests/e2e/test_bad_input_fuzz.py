@@ -23,11 +23,11 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.errors import InvalidRequest
+from proxy.core.identity import identify
+from proxy.core.openai.request import parse_chat_request
 from proxy.embedding.backends import SyncEmbedder
-from proxy.errors import InvalidRequest
 from proxy.http.app import create_app
-from proxy.identity import identify
-from proxy.openai.request import parse_chat_request
 from proxy.settings import load_settings
 from tests.scripted_upstream import Script, scripted_app
 

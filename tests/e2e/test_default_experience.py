@@ -1,7 +1,7 @@
 """What a client that sends only an API key gets: the openai SDK, no session header, the shipped
-policy. Its conversations are told apart by their openings (proxy/identity.py); the same opening
+policy. Its conversations are told apart by their openings (proxy/core/identity.py); the same opening
 asked again is not a regenerate, which needs a re-sent history or an end-user id, within a minute
-(proxy/feedback.py)."""
+(proxy/service/feedback.py)."""
 
 from __future__ import annotations
 

@@ -25,12 +25,12 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
+from proxy.core.identity import tenant_of
+from proxy.core.text.normalize import normalize_text, system_prompt_version
 from proxy.embedding.backends import SyncEmbedder
 from proxy.http import keys
 from proxy.http.app import create_app
-from proxy.identity import tenant_of
 from proxy.settings import load_settings
-from proxy.text.normalize import normalize_text, system_prompt_version
 from tests.conftest import Proxy, Upstream
 from tests.e2e.test_lifecycle import write_policy
 from tests.scripted_upstream import Script, scripted_app
@@ -183,7 +183,7 @@ def again(text: str, n: int = 1) -> str:
 
 
 async def record_scopes(stack: Stack, model: str) -> list[str]:
-    # the write-back follows the reply (proxy.settling): read the store once it has landed
+    # the write-back follows the reply (proxy.service.settling): read the store once it has landed
     await stack.proxy.app[keys.CHAT].settling.everything()
     return sorted([r.scope async for r in stack.proxy.app[keys.CACHE].store.iter_live() if r.model == model])
 

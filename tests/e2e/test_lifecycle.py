@@ -17,11 +17,11 @@ import openai
 import pytest
 import yaml
 
+from proxy.core.identity import tenant_of
+from proxy.core.model import Record
 from proxy.http import keys
 from proxy.http.app import LIFECYCLE
-from proxy.identity import tenant_of
-from proxy.lifecycle import Capacity
-from proxy.model import Record
+from proxy.service.lifecycle import Capacity
 from proxy.settings import DEFAULT_POLICY
 from proxy.storage.hnsw import HnswIndex
 from tests.conftest import Proxy, ProxyFactory

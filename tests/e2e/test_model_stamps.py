@@ -1,7 +1,7 @@
 """Similarity numbers belong to one embedding model: policies and caches say which, and a run under
 another model is refused before it can serve by the wrong scale or compare vectors across spaces:
 the settings pick the policy shipped for the pack, calibrate stamps what it writes, and the parts and
-the app refuse a policy or a cache of another model (the stamps themselves: tests/test_policy.py,
+the app refuse a policy or a cache of another model (the stamps themselves: tests/core/test_policy.py,
 tests/storage/test_sqlite.py)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestServer
 
+from proxy.core.model import Record
+from proxy.core.policy import PolicyError, load_policy
 from proxy.embedding.packs import install_pack
 from proxy.http import keys
 from proxy.http.app import create_app
-from proxy.model import Record
 from proxy.observability.metrics import Metrics
-from proxy.parts import NOWHERE, load_policy_for, open_parts
-from proxy.policy import PolicyError, load_policy
+from proxy.service.compose import NOWHERE, load_policy_for, open_parts
 from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_policy
 from proxy.storage.sqlite import SqliteStore, StoreMismatch
 from proxy.tools.calibrate import Calibration, write_policy
@@ -160,7 +160,7 @@ def test_an_installed_wheel_layout_finds_the_shipped_policies(tmp_path: Path) ->
     shutil.copytree(root / "proxy", site / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(root / "policies", site / "proxy" / "policies")
     code = (
-        "from proxy.settings import load_settings; from proxy.parts import load_policy_for\n"
+        "from proxy.settings import load_settings; from proxy.service.compose import load_policy_for\n"
         "for m in ('e5-small-multilingual', 'use-multilingual'):\n"
         "    s = load_settings(environ={}, overrides={'embedding_model': m})\n"
         "    print(s.policy_file, load_policy_for(s).embedding_model)"

@@ -9,11 +9,11 @@ import numpy as np
 import orjson
 import pytest
 
-from proxy.decision.decide import decide
-from proxy.decision.validate import extract_key_facts
-from proxy.model import Candidate, Record, Signature, Status
-from proxy.openai.request import parse_chat_request
-from proxy.parts import Parts
+from proxy.core.decision.decide import decide
+from proxy.core.decision.validate import extract_key_facts
+from proxy.core.model import Candidate, Record, Signature, Status
+from proxy.core.openai.request import parse_chat_request
+from proxy.service.compose import Parts
 from tests.factories import make_record
 
 

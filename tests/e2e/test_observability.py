@@ -216,7 +216,7 @@ async def test_writes_records_and_stage_timings_match_the_log_lines(observed: Ob
     assert moved == ran
     assert (ran["serve"], ran["upstream"], ran["store"], ran["index"]) == (2, 7, 4, 6)
     for turn in turns:
-        # the latency is the reply's; the write-back ("store") follows the reply (proxy.settling)
+        # the latency is the reply's; the write-back ("store") follows the reply (proxy.service.settling)
         replied = {stage: ms for stage, ms in turn.log["stages_ms"].items() if stage != "store"}
         assert turn.log["latency_ms"] >= sum(replied.values()) * 0.99
         assert turn.log["tenant"] and "key-A" not in json.dumps(turn.log)

@@ -22,7 +22,7 @@ from tests.conftest import ProxyFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = {"xllamacpp": "engine", "matplotlib": "report"}
-SERVING = ("proxy.cli", "proxy.http.app", "proxy.parts", "proxy.upstream.engine", "proxy.tools.report")
+SERVING = ("proxy.cli", "proxy.http.app", "proxy.service.compose", "proxy.upstream.engine", "proxy.tools.report")
 
 
 def test_serving_modules_import_without_the_optional_extras() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.model import Record
 from proxy.http import keys
-from proxy.model import Record
 from proxy.settings import DEFAULT_POLICY, Settings
 from tests.conftest import Proxy, ProxyFactory
 from tests.e2e.test_e2e_core import ask, chat

@@ -1,5 +1,5 @@
 """A miss replies before its answer is written back; whoever reads what the write-back writes
-waits for it (proxy.settling). The store's insert is held here, so the reply is known to come
+waits for it (proxy.service.settling). The store's insert is held here, so the reply is known to come
 first and every reader is known to arrive while the write is still under way."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from proxy.core.model import Record
 from proxy.http import keys
-from proxy.model import Record
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat, chat_stream
 

@@ -1,7 +1,7 @@
 """A restart loads the HNSW graph and the mirror's keys saved at shutdown instead of reading and
 rebuilding them from SQLite, then brings them level with SQLite: what was written after the snapshot
 is added, what died is dropped, and a snapshot of another database, or a damaged one, costs a
-rebuild, never a wrong neighbour (proxy.cache, storage.hnsw, storage.keyfile)."""
+rebuild, never a wrong neighbour (proxy.service.cache, storage.hnsw, storage.keyfile)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from proxy.core.model import RecordState
 from proxy.http import keys
-from proxy.model import RecordState
 from proxy.storage.base import Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.sqlite import SqliteStore

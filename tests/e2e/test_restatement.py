@@ -2,7 +2,7 @@
 served by the previous turn's answer; anything new makes it another. The signer flags it
 (restates_previous), decide serves the restated turn, the cache keeps that turn a candidate and the
 proxy answers it, under a policy that reads restatements (the lexical rule itself:
-tests/text/test_lexical.py)."""
+tests/core/text/test_lexical.py)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import orjson
 import pytest
 import yaml
 
-from proxy.decision.decide import decide
+from proxy.core.decision.decide import decide
+from proxy.core.identity import Identity
+from proxy.core.model import Candidate, Status
+from proxy.core.openai.request import ChatRequest, parse_chat_request
+from proxy.core.policy import load_policy
+from proxy.core.text.entities import Entities
 from proxy.embedding.backends import SyncEmbedder
-from proxy.identity import Identity
-from proxy.model import Candidate, Status
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import ChatRequest, parse_chat_request
-from proxy.parts import Parts, open_parts
-from proxy.policy import load_policy
+from proxy.service.compose import Parts, open_parts
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.signing.intent import IntentClassifier
-from proxy.text.entities import Entities
 from tests.conftest import ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import chat
 from tests.e2e.test_multi_turn_context import record_of, sign

@@ -161,7 +161,7 @@ async def test_empty_input_needs_no_model_call(sync_embedder: SyncEmbedder) -> N
 @pytest.mark.slow
 async def test_thread_count_setting_reaches_the_onnx_session(pack: str, model_home: Path) -> None:
     from proxy.embedding.packs import install_pack
-    from proxy.parts import load_backend
+    from proxy.service.compose import load_backend
     from proxy.settings import load_settings
 
     install_pack(pack, model_home, progress=False)

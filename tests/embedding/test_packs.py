@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from proxy.core.text.normalize import normalize_text
 from proxy.embedding.backends import QUIET_THREADS, FastEmbedEmbedder, StringOnnxEmbedder, SyncEmbedder, length_groups
 from proxy.embedding.batching import TOKENIZER_ROOM
 from proxy.embedding.packs import (
@@ -26,7 +27,6 @@ from proxy.embedding.packs import (
     load_embedder,
     pack_dir,
 )
-from proxy.text.normalize import normalize_text
 
 MULTILINGUAL = ("e5-small-multilingual", "use-multilingual")
 ALL_PACKS = (*MULTILINGUAL, "minilm-l6-en")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.identity import tenant_of
 from proxy.http import keys
-from proxy.identity import tenant_of
 from tests.conftest import Proxy, ProxyFactory
 from tests.e2e.test_lifecycle import QUESTIONS, TOKEN, Clients, admin, ask, client, fill, live_records, record_with
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.datadir import DataDirInUse, data_dir_lock
+from proxy.service.datadir import DataDirInUse, data_dir_lock
 from tests.conftest import ProxyFactory
 
 

@@ -20,7 +20,7 @@ from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat, chat_stream
 
 pytestmark = pytest.mark.model
-# a question asked again verbatim is a hit here, not a regenerate (proxy/feedback.py)
+# a question asked again verbatim is a hit here, not a regenerate (proxy/service/feedback.py)
 
 
 class GatedEmbedder:

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from openai.types.chat import ChatCompletionMessageParam
 
-from proxy.openai.request import completion_chunks, completion_json, new_completion_id
+from proxy.core.openai.request import completion_chunks, completion_json, new_completion_id
 from tests.conftest import ProxyFactory
 from tests.scripted_upstream import Script, scripted_app
 

@@ -9,11 +9,11 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.decision.decide import STAGES as DECISION_STAGES
-from proxy.decision.decide import decide
-from proxy.model import SCOPES
+from proxy.core.decision.decide import STAGES as DECISION_STAGES
+from proxy.core.decision.decide import decide
+from proxy.core.model import SCOPES
 from proxy.observability.metrics import RECORD_STATES, STAGES, STATUSES, Metrics
-from tests.decision.test_decide import CASES
+from tests.core.decision.test_decide import CASES
 
 DOCUMENTED_METRICS = {
     "smartcache_requests": "counter",

@@ -6,9 +6,9 @@ import numpy as np
 import orjson
 import pytest
 
+from proxy.core.openai.request import parse_chat_request
+from proxy.core.policy import load_policy
 from proxy.embedding.batching import BatchingEmbedder
-from proxy.openai.request import parse_chat_request
-from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.signer import ContextSigner, SignerSettings

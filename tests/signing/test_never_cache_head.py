@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import yaml
 
+from proxy.core.conversation import Normalizer
+from proxy.core.policy import PolicyError, load_policy, parse_policy
+from proxy.core.text.never_cache import MEDICAL
 from proxy.embedding.backends import SyncEmbedder
-from proxy.policy import PolicyError, load_policy, parse_policy
 from proxy.settings import DEFAULT_POLICY
-from proxy.signing.conversation import Normalizer
 from proxy.signing.intent import IntentClassifier
 from proxy.signing.never_cache_head import RULE, NeverCacheHead, head_for
-from proxy.text.never_cache import MEDICAL
 
 DIM = 4
 

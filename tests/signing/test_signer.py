@@ -15,14 +15,14 @@ import numpy as np
 import orjson
 import pytest
 
+from proxy.core.identity import Identity
+from proxy.core.model import Signature
+from proxy.core.openai.request import ChatRequest, parse_chat_request
+from proxy.core.text.normalize import Segmenter, default_segmenter, normalize_text
 from proxy.embedding.backends import SyncEmbedder
-from proxy.identity import Identity
-from proxy.model import Signature
 from proxy.observability.metrics import Metrics
-from proxy.openai.request import ChatRequest, parse_chat_request
-from proxy.parts import NOWHERE, Parts, open_parts
+from proxy.service.compose import NOWHERE, Parts, open_parts
 from proxy.settings import load_settings
-from proxy.text.normalize import Segmenter, default_segmenter, normalize_text
 
 TURNS = (
     "I need a hotel in Cambridge for two nights",

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from proxy.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags, SessionLast
+from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags, SessionLast
+from proxy.core.text.entities import Entities
+from proxy.core.text.normalize import NormalText
+from proxy.core.text.numbers import NumericConstraint
 from proxy.storage.base import Count, RecordStore, Ref, Selector, StoreMismatch, Usage
-from proxy.text.entities import Entities
-from proxy.text.normalize import NormalText
-from proxy.text.numbers import NumericConstraint
 from tests import factories
 from tests.factories import unit_vector
 

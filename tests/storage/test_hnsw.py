@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.identity import Identity
-from proxy.reach import visible
+from proxy.core.identity import Identity
+from proxy.service.reach import visible
 from proxy.storage.base import IndexKey
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.mirror import GLOBAL_POOL, Codes, Want

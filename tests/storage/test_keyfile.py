@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxy.cache import SemanticCache
-from proxy.model import RecordState
+from proxy.core.model import RecordState
+from proxy.service.cache import SemanticCache
 from proxy.storage.base import IndexKey, Selector
 from proxy.storage.hnsw import HnswIndex
 from proxy.storage.keyfile import load_keys, save_keys

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import orjson
 
-from proxy.model import KeyFacts, Record, RecordTags
+from proxy.core.model import KeyFacts, Record, RecordTags
+from proxy.core.text.entities import Entities
+from proxy.core.text.normalize import NormalText
+from proxy.core.text.numbers import NumericConstraint
 from proxy.storage import redis_codec
 from proxy.storage.sqlite import SqliteStore
-from proxy.text.entities import Entities
-from proxy.text.normalize import NormalText
-from proxy.text.numbers import NumericConstraint
 from tests.storage.contract import make_record
 
 # the first tags records kept: the coarse tags, the question and the previous reply; entities

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.model import RecordState
+from proxy.core.model import RecordState
 from proxy.observability.metrics import Metrics
-from proxy.parts import report_vector_search
+from proxy.service.compose import report_vector_search
 from proxy.settings import Settings
 from proxy.storage.base import IndexKey, IndexRow, Selector, StoreUnavailable
 from proxy.storage.feed import ChangeFeed, lag

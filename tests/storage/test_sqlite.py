@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.lru import LruDict
-from proxy.model import Record, RecordState, SessionLast
+from proxy.core.lru import LruDict
+from proxy.core.model import Record, RecordState, SessionLast
 from proxy.storage.base import Selector
 from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite import SqliteStore, StoreMismatch

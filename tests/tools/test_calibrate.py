@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.policy import load_policy
+from proxy.core.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
 from proxy.tools.calibrate import (
     calibrate,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.decision.decide import RESTATEMENT
+from proxy.core.decision.decide import RESTATEMENT
+from proxy.core.policy import load_policy
 from proxy.embedding.backends import SyncEmbedder
-from proxy.policy import load_policy
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.storage.sqlite import SqliteStore
 from proxy.tools.calibrate import (
@@ -196,12 +196,12 @@ def test_calibrated_policy_file_loads_and_records_its_data(tmp_path: Path) -> No
 async def test_warm_twice_writes_each_record_once(
     sync_embedder: SyncEmbedder, model_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import proxy.parts
+    import proxy.service.compose
 
     async def shared_backend(_settings: object) -> SyncEmbedder:
         return sync_embedder
 
-    monkeypatch.setattr(proxy.parts, "load_backend", shared_backend)
+    monkeypatch.setattr(proxy.service.compose, "load_backend", shared_backend)
     past = [
         conv(
             "past-1",

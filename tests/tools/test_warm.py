@@ -101,7 +101,7 @@ def test_warm_refuses_a_data_dir_a_running_proxy_holds(
 ) -> None:
     """A running proxy's index lives in memory: records written beside it would never be served
     by it (the "4 records written" it never serves). Warm takes the proxy's lock, or says why not."""
-    from proxy.datadir import data_dir_lock
+    from proxy.service.datadir import data_dir_lock
 
     monkeypatch.setattr(proxy.cli, "configure_logging", lambda level, **_: None)
     data = tmp_path / "data"

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.errors import UpstreamTimeout
+from proxy.core.errors import UpstreamTimeout
 from proxy.upstream.client import Upstream, chat_headers, env_proxy, forward_headers, response_headers
 from tests.conftest import ProxyFactory
 

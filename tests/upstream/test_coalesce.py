@@ -15,10 +15,10 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.errors import UpstreamTimeout
+from proxy.core.errors import UpstreamTimeout
+from proxy.core.identity import Identity
+from proxy.core.openai.request import completion_chunks, parse_chat_request
 from proxy.http import keys
-from proxy.identity import Identity
-from proxy.openai.request import completion_chunks, parse_chat_request
 from proxy.upstream.coalesce import Coalescer, coalesce_key, plain_answer, with_finish_reason
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat, chat_stream

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.core.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.readiness import Readiness, UpstreamState, state_of
 
 

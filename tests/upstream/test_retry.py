@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from proxy.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
+from proxy.core.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.retry import retry_reason
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from proxy.model import Decision, Reason, Record, RecordTags, Signature, Status
-from proxy.openai.request import ChatRequest, parse_chat_request
+from proxy.core.model import Decision, Reason, Record, RecordTags, Signature, Status
+from proxy.core.openai.request import ChatRequest, parse_chat_request
 from proxy.upstream.routing import routing_session, shared_prefix_chars
 from tests.factories import make_record, make_signature
 

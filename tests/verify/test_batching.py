@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from proxy.model import Candidate, CoarseTags, KeyFacts, Record, RecordTags, Signature
-from proxy.text.entities import Entities
+from proxy.core.model import Candidate, CoarseTags, KeyFacts, Record, RecordTags, Signature
+from proxy.core.text.entities import Entities
 from proxy.verify import PairSide, Verifier
 from proxy.verify.batching import BatchingVerifier, VerifierBusy, record_side, request_side
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
+from proxy.core.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS
 from proxy.verify import PairSide, side_text
 
 CASES = [

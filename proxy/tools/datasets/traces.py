@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 EN_SYSTEM = "You are a helpful assistant."
 ZH_SYSTEM = "你是一个乐于助人的助手。"

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.text.never_cache import never_cache_match
+from proxy.core.text.never_cache import never_cache_match
 from proxy.tools.verifier.heldout import eval_rows
 from proxy.tools.verifier.pairs import text_key
 

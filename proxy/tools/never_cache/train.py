@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from proxy.core.conversation import Normalizer
 from proxy.embedding.packs import load_embedder
-from proxy.signing.conversation import Normalizer
 from proxy.signing.never_cache_head import WEIGHTS_DIR
 from proxy.tools.never_cache.data import LABELS, Utterance, training_utterances
 from proxy.tools.verifier.pairs import text_key

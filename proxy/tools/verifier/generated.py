@@ -22,7 +22,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from proxy.text.gazetteer import PLACE_ALIASES
+from proxy.core.text.gazetteer import PLACE_ALIASES
 from proxy.tools.verifier.pairs import LabeledPair
 from proxy.verify import PairSide
 

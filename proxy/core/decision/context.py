@@ -1,0 +1,267 @@
+"""What every stage of the decision reads (``DecisionContext``), and the two judgements that are
+not stages of their own: the hard filter over every candidate and the lexical guard on one pair.
+
+The context derives what several stages need once, on first use; what does not hang on the
+verifier's verdicts is derived once for a whole decision (``DecisionContext.with_verdicts``).
+Pure, as the decision is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
+
+from proxy.core.decision.change import ChangeVerdict, detect_change
+from proxy.core.model import REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
+from proxy.core.policy import IntentPolicy
+from proxy.core.text.entities import entities_conflict
+from proxy.core.text.lexical import context_dependent, reordered, text_similarity
+from proxy.core.text.normalize import fold_space
+
+T = TypeVar("T")
+
+__all__ = [
+    "CONTEXT_REPLY_SIMILARITY",
+    "MAX_TURN_GAP",
+    "DecisionContext",
+    "Filtered",
+    "hard_filter",
+    "lexical_guard",
+]
+
+# Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
+# repeat right after it); once other turns come between, the whole-conversation key has changed.
+MAX_TURN_GAP = 1
+CONTEXT_REPLY_SIMILARITY = 0.8  # trigram Jaccard of the assistant messages a dependent turn answers
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """A candidate and why the hard filters dropped it (``reason`` None: it survived)."""
+
+    candidate: Candidate
+    reason: Reason | None = None
+    detail: str = ""
+
+
+def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtered]:
+    out = []
+    for cand in candidates:
+        tags = cand.record.coarse_tags
+        if tags.intent != sig.tags.intent:
+            out.append(Filtered(cand, Reason.FILTERED_INTENT))
+            continue
+        conflicts = entities_conflict(tags.entities, sig.tags.entities)
+        out.append(
+            Filtered(cand, Reason.FILTERED_ENTITIES, ",".join(sorted(conflicts))) if conflicts else Filtered(cand)
+        )
+    return out
+
+
+def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, verified: bool = False) -> Reason | None:
+    """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.core.text.lexical). A
+    restatement was matched on the conversation's own words, so the reply it follows is moot. A
+    pair the verifier will read (``verified``) is held only to the exchanges word lists show for
+    sure (two words or two numbers swapped); a looser reordering is the verifier's to judge."""
+    tags = cand.record.coarse_tags
+    if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
+        # the conversation moved on since that answer: other turns now sit between them
+        return Reason.CONTEXT_MOVED
+    if not cand.same_session and tags.history != sig.history_key:
+        # another conversation's answer to the same words after other turns: the vectors of the
+        # whole conversations are close, but what was said before may have shaped that answer
+        return Reason.OTHER_HISTORY
+    question = tags.question
+    if (
+        question
+        and question != sig.current_text
+        and reordered(sig.current_text, question, loose=not verified, segmenter=sig.cuts)
+    ):
+        return Reason.REORDERED_WORDS
+    if (
+        not restated
+        and context_dependent(sig.current_text)
+        and text_similarity(sig.previous_reply, tags.previous_reply) < CONTEXT_REPLY_SIMILARITY
+    ):
+        return Reason.CONTEXT_DIFFERS
+    return None
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    """What every stage reads: the request, its policy, the candidates and the verifier's
+    probabilities (cache_id -> p). What several stages need is derived once, on first use, into
+    ``_memo``, which the context that chose what to verify shares with the one that reads the
+    verdicts (``with_verdicts``): what hangs on the verdicts is keyed by the record it judged."""
+
+    candidates: Sequence[Candidate]
+    sig: Signature
+    policy: IntentPolicy
+    verdicts: Mapping[str, float] = field(default_factory=dict)
+    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_verdicts(self, verdicts: Mapping[str, float]) -> DecisionContext:
+        """This context with the verifier's verdicts, keeping all it derived."""
+        return replace(self, verdicts=verdicts)
+
+    def _once(self, key: Hashable, derive: Callable[[], T]) -> T:
+        if key not in self._memo:
+            self._memo[key] = derive()
+        return cast(T, self._memo[key])
+
+    @property
+    def ranked(self) -> list[Filtered]:
+        """Best first; the record of this very conversation first of all, whatever its score."""
+        sig = self.sig
+        return self._once(
+            "ranked",
+            lambda: sorted(
+                hard_filter(self.candidates, sig),
+                key=lambda f: (f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
+            ),
+        )
+
+    @property
+    def survivors(self) -> list[Candidate]:
+        return self._once("survivors", lambda: [f.candidate for f in self.ranked if f.reason is None])
+
+    @property
+    def words_restated(self) -> Candidate | None:
+        """A spelled-out restatement of the previous, elliptical turn is that turn's request: its
+        words show it where the vectors cannot ("San Mateo." vs the full question). The record must
+        hold the very answer the user saw to that turn: a derived session id can join two
+        conversations that opened alike. The score zones are for judging by similarity; every other
+        net still runs."""
+        if not (self.policy.restatement and self.sig.restates_previous):
+            return None
+        answer = self.sig.restated_answer
+        return self._once("words_restated", lambda: self._previous_turn_answering(lambda t: fold_space(t) == answer))
+
+    def _previous_turn_answering(self, saw: Callable[[str], bool]) -> Candidate | None:
+        """The session's previous turn, if its record holds the answer the user saw (``saw``).
+        The intent filter does not apply: the classifier may well name the two wordings of one
+        request differently; an entity conflict still drops the record."""
+        return next(
+            (
+                f.candidate
+                for f in self.ranked
+                if f.reason in (None, Reason.FILTERED_INTENT)
+                and f.candidate.same_session
+                and f.candidate.turn_gap == 1
+                and saw(f.candidate.record.answer_text)
+            ),
+            None,
+        )
+
+    @property
+    def previous_turn(self) -> Candidate | None:
+        """The record of the session's previous turn, holding the very answer the user saw to it,
+        when the intent lets the verifier judge it (``verify_previous``) and its words did not
+        already name it. Like a restatement, the intent filter does not apply to it."""
+        if self.policy.verify_previous is None or not self.policy.direct_hit or self.words_restated is not None:
+            return None
+        seen = fold_space(self.sig.previous_reply_head)
+        if not seen:
+            return None
+        return self._once(
+            "previous_turn", lambda: self._previous_turn_answering(lambda t: fold_space(t[:REPLY_HEAD_CHARS]) == seen)
+        )
+
+    @property
+    def asked_again(self) -> bool:
+        """Does the verifier read this request as the session's previous turn asked again?"""
+        level, prev = self.policy.verify_previous, self.previous_turn
+        p = None if prev is None else self.verdicts.get(prev.record.cache_id)
+        return p is not None and level is not None and p >= level
+
+    @property
+    def restated(self) -> Candidate | None:
+        return self.words_restated or (self.previous_turn if self.asked_again else None)
+
+    @property
+    def best(self) -> Candidate:
+        """The candidate the stages after the hard filters judge (only read once one survived)."""
+        return self.restated or self.survivors[0]
+
+    @property
+    def change(self) -> ChangeVerdict:
+        # keyed by the judged record: the best may move once the verdicts come
+        return self._once(("change", self.best.record.cache_id, self.restated is not None), self._detect_change)
+
+    @property
+    def guard(self) -> Reason | None:
+        """Why the embedding cannot be trusted for the best candidate, if it cannot (``lexical_guard``)."""
+        restated, verifies = self.words_restated is not None, self.verifies
+        return self._once(
+            ("guard", self.best.record.cache_id, restated, verifies),
+            lambda: lexical_guard(self.sig, self.best, restated=restated, verified=verifies),
+        )
+
+    def _detect_change(self) -> ChangeVerdict:
+        tags = self.best.record.coarse_tags
+        return detect_change(
+            self.sig.current_text,
+            candidate_entities=tags.entities,
+            request_entities=self.sig.tags.entities,
+            candidate_intent=tags.intent,
+            request_intent=self.sig.tags.intent,
+            restated_turn=tags.question if self.restated else None,
+        )
+
+    @property
+    def exact_repeat(self) -> bool:
+        """The same conversation, byte for byte (another session's, where the intent shares
+        repeats): nothing changed, nothing reworded, nothing for the verifier to tell apart, so only
+        the checks on the answer itself still run."""
+        return self.restated is None and self.best.record.request_hash == self.sig.request_hash
+
+    @property
+    def verifies(self) -> bool:
+        """Does the verification stage judge this candidate, instead of the accept zone? Not an
+        exact repeat, nor a restatement its words show: both are matched on the conversation's own
+        words, and the verifier has nothing to tell apart there."""
+        return (
+            self.policy.verify_accept is not None
+            and self.policy.direct_hit
+            and not self.exact_repeat
+            and self.words_restated is None
+        )
+
+    def alternates(self) -> list[DecisionContext]:
+        """The next survivors above the candidate floor, each judged alone, when the intent
+        verifies: the nearest vector is not always the same request (a paraphrase can sit below a
+        near-miss), so the verifier reads up to ``verify_top`` of them. Each still passes every
+        net on its own."""
+        if self.restated is not None:
+            return []
+        return [alt.with_verdicts(self.verdicts) for alt in self._alternate_contexts]
+
+    @property
+    def _alternate_contexts(self) -> list[DecisionContext]:
+        if self.policy.verify_accept is None or not self.survivors:
+            return []
+        floor, top = self.policy.candidate, self.policy.verify_top
+        return self._once(
+            "alternates",
+            lambda: [
+                DecisionContext((cand,), self.sig, self.policy)
+                for cand in self.survivors[1:top]
+                if cand.score >= floor and cand.record.request_hash != self.sig.request_hash
+            ],
+        )
+
+    def about_best(
+        self, status: Status, reason: Reason, *, signals: bool = True, failed_checks: tuple[str, ...] = ()
+    ) -> Decision:
+        """A decision on the best candidate, carrying the change signals and any verifier verdict."""
+        best = self.best
+        return Decision(
+            status,
+            reason,
+            best.record,
+            best.score,
+            failed_checks=failed_checks,
+            signals=self.change.signals if signals else (),
+            verified=self.verdicts.get(best.record.cache_id) if self.verifies or self.asked_again else None,
+        )
