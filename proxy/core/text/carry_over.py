@@ -46,7 +46,7 @@ class TurnReading:
 
 
 _COURTESY: Final = re.compile(
-    r"^(?:(?:(?:ok(?:ay)?|thanks?|thank you(?: so much| very much)?|thx|ty|got it|great|cool|perfect|nice|awesome|"
+    r"^(?:(?:(?:ok(?:ay)?|thank you(?: so much| very much)?|thanks?|thx|ty|got it|great|cool|perfect|nice|awesome|"
     r"good to know|appreciate it|bye|goodbye|that helps|makes sense|i see|alright|sure|好|行|嗯|哦)"
     r"(?:[\s,.!。！，、~]+|$))|(?:谢谢|多谢|感谢|好的|明白了|知道了|收到|懂了|了解)[\s,.!。！，、~]*)+"
 )
@@ -104,13 +104,14 @@ _SETTLED_FACT: Final = re.compile(
     r"how (?:do|does|did) .+ (?:work|form|happen|start)|what (?:is|are|was|were) (?:a|an) |"
     r"what(?:'s| is) the (?:difference|history|meaning|origin|capital)|what does .+ mean|what causes|why do(?:es)? |"
     r"where (?:does|do|did) .+ (?:come from|grow up|originate)|explain|define|tell me (?:about|a fun fact)|"
-    r"which country|how many times (?:has|have|did|was|were)|what (?:\w+ )?(?:does|do) (?:it|they) come with)"
+    r"which country|what(?:'s| is| are) the best |how many times (?:has|have|did|was|were)|"
+    r"what (?:\w+ )?(?:does|do) (?:it|they) come with)"
     r"|有多高|有多大|有多长|有多远|有多深|有多重|(?<!还)有多少|是谁|哪一?年|什么时候(?:建|成立|出生|发明)|是什么|"
     r"什么是|怎么形成|如何形成|是怎么|怎么算|怎么读|怎么写|什么意思|有什么区别|的区别|的历史|一共几|一共有|"
     r"(?<!还)有什么(?!优惠|活动|消息|变化|进展|新)|"
     r"有哪些|为什么会|原理|(?:怎么|如何)(?:分辨|区分|辨别|鉴别)|"
     # what a product or a line keeps from day to day: its warranty, its timetable, its top speed
-    r"售后|保修|质保|几点(?:停运|首班|末班|发车)|首班车|末班车|运营时间|最快能|能开多快|最高时速"
+    r"为什么叫|为什么被称为|手续费|退票费|退改规则|售后|保修|质保|几点(?:停运|首班|末班|发车)|首班车|末班车|运营时间|最快能|能开多快|最高时速"
 )
 # "What is dollar-cost averaging?": a definition moves with no clock, but it may be elliptical
 # ("What are alternatives?" to the drug just named), so it ends a realtime carry, not a medical one

@@ -57,7 +57,9 @@ _WEATHER_EN: Final = (
 _PRESENT_EN: Final = (
     r"right now|now|today|today's|tonight|tonight's|this (?:morning|afternoon|evening|week|weekend)|"
     r"currently|at the moment|as of now|as we speak|latest|breaking|up to date|up-to-date|"
-    r"live (?:scores?|stream|updates|coverage|results|prices?)|real[- ]time|this minute|so far today"
+    r"live (?:scores?|stream|updates|coverage|results|prices?)|real[- ]time|this minute|so far today|"
+    # a date counted from today, and the present of a state: anchored to now, so is the answer
+    r"yesterday|yesterday's|last night|last night's|these days|nowadays|lately|at present|so far|yet"
 )
 _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
@@ -157,6 +159,9 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         re.compile(
             whole_words(
                 r"flight [a-z]{0,3}\d+|(?:flight|train|bus)[^.?!]{0,20}(?:delayed|on time|cancell?ed)|delays? at|"
+                r"(?:trains?|flights?|bus(?:es)?|ferr(?:y|ies)|subway|metro|tube|trams?|roads?|bridges?|tunnels?|"
+                r"highways?|airports?|passes)[^.?!]{0,30}(?:running|delayed|on time|cancell?ed|closed|suspended)|"
+                r"going for|going rate|selling for|trading (?:at|for)|"
                 r"in stock|out of stock|still available|sold out|open right now|still open|"
                 r"(?:tickets?|seats?|rooms?|parking|spaces?|spots?|tables?) (?:left|still available)|"
                 r"any (?:tickets|seats)|"
@@ -188,6 +193,8 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"恒生|指数|基金|黄金|金价|白银|银价|油价|原油|汽油|柴油|期货|茅台|腾讯|阿里|苹果公司|特斯拉)"
             r".{0,10}(?:价格|价钱|多少钱|报价|行情|涨|跌|收盘|开盘|市值|净值|走势|多少了|现价|每克|一克|一盎司)"
             r"|股价|币价|金价|油价|行情|涨停|跌停|收盘价|开盘价|市值|净值"
+            # what a thing sells for by the unit: a market price
+            r"|多少钱一(?:斤|两|克|公斤|升|吨)|一(?:斤|两|公斤|升)多少钱"
         ),
     ),
     (
@@ -202,12 +209,14 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         re.compile(
             r"天气|气温|温度多少|(?:今天|明天|后天|现在|今晚|明早|周末|这周|下周|早上|晚上|白天|中午)(?:的)?(?:气温|温度)?(?:是)?"
             r"(?:多少度|几度)|下雨|下雪|降雨|暴雨|大雨|小雨|雷阵雨|台风|雾霾|空气质量|pm2\.?5|"
-            r"冷不冷|热不热|刮风|大风|阴天|多云|紫外线|预报|寒潮|带伞"
+            r"冷不冷|热不热|刮风|大风|阴天|多云|紫外线|预报|寒潮|带伞|风浪|浪大|海浪|能见度|结冰|路滑"
         ),
     ),
     (
         "zh_score",
-        re.compile(r"比分|谁赢了|谁赢|赢了吗|输了吗|赛果|战况|几比几|比赛结果|积分榜|排名榜|夺冠了|开奖|中奖号码"),
+        re.compile(
+            r"比分|谁赢了|谁赢|赢了吗|输了吗|赢了没|输了没|赛果|战况|几比几|比赛结果|积分榜|排名榜|夺冠了|开奖|中奖号码"
+        ),
     ),
     (
         "zh_status",
@@ -220,6 +229,7 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         "zh_present",
         re.compile(
             r"现在(?!你是|你来|请你|开始扮演|进行时)|今天|今日|今晚|今早|目前|此刻|此时|最新|实时|刚刚|"
+            r"昨天|昨晚|这几天|这两天|"
             r"当前(?!目录|路径|文件|分支|行|页|元素|节点|对象|函数|版本号|线程)|"
             r"最近(?:的)?(?:新闻|消息|动态|价格|行情)"
         ),
@@ -243,9 +253,19 @@ _SCHEDULING: Final = re.compile(
 _WRITING: Final = re.compile(
     r"^(?:(?:can|could|would) you |please |help me |i need you to )*"
     r"(?:write|draft|compose|construct|create|craft|come up with|generate|suggest)\b.{0,40}?"
-    + whole_words(r"headlines?|titles?|articles?|essays?|poems?|stor(?:y|ies)|posts?|tweets?|slogans?|captions?")
+    + whole_words(
+        r"headlines?|titles?|articles?|essays?|poems?|stor(?:y|ies)|posts?|tweets?|slogans?|captions?|"
+        r"limericks?|haikus?|songs?|lyrics|jokes?|scripts?|speech(?:es)?"
+    )
     + r"|^(?:请)?(?:帮我|给我|为我)?(?:写|构建|起|拟|创作|编|想)[^?？]{0,30}?(?:标题|文章|诗|故事|文案|口号|推文)"
 )
+# a role set up for the model to play ("把自己想象成一名医生", "Act as a nutritionist"): its
+# diseases and patients are the scenario, not the asker's body, unless the asker brings their own
+_ROLE_PLAY: Final = re.compile(
+    r"^(?:请你?|please )?(?:把自己想象成|想象你是|假设你是|你现在是|扮演|请扮演|"
+    r"imagine (?:that )?you(?:'re| are)|act as|pretend (?:to be|you(?:'re| are))|you are now|play the role of)"
+)
+_FIRST_PERSON: Final = re.compile(whole_words(r"i|i'm|i've|i'd|me|my|mine|we|our|us") + r"|我|咱|俺")
 _HYPOTHETICAL: Final = re.compile(r"^(?:imagine|suppose|pretend|let's say|假设|想象|假如)")
 _CLIMATE_EN: Final = re.compile(
     whole_words(r"in|during")
@@ -274,6 +294,8 @@ def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
         return True  # a scenario set up to reason about: "想象你正在参加比赛……你现在的位置是什么"
     if name in ("en_present", "zh_present") and (_SCHEDULING.search(asked) or _WRITING.search(asked)):
         return True
+    if name in ("en_weather", "zh_weather") and _WRITING.search(asked):
+        return True  # the weather of a story, a poem, a song: what to write about, not a forecast
     if name == "en_present":
         return not pattern.search(_DISCOURSE_NOW.sub("", asked))
     if name == "en_weather":
@@ -300,9 +322,10 @@ def match_folded(folded: str, asked: str) -> NeverCacheMatch | None:
     """``never_cache_match`` for a turn already folded, with its own words folded (``asked``)."""
     if not folded:
         return None
-    for name, pattern in MEDICAL_RULES:
-        if pattern.search(folded):
-            return NeverCacheMatch(MEDICAL, name)
+    if not (_ROLE_PLAY.search(folded) and not _FIRST_PERSON.search(folded)):
+        for name, pattern in MEDICAL_RULES:
+            if pattern.search(folded):
+                return NeverCacheMatch(MEDICAL, name)
     for name, pattern in _REALTIME_RULES:
         if pattern.search(asked) and not _exempt(name, pattern, asked):
             return NeverCacheMatch(REALTIME, name)

@@ -28,6 +28,8 @@ CONVERSATIONS: list[tuple[list[str], str | None]] = [
     (["我最近老是失眠", "好的谢谢，推荐几本小说吧"], None),
     (["医生给我开了阿莫西林", "换个话题，给我推荐一部科幻电影"], None),
     ([HEADACHE, "Thanks!"], None),  # a courtesy is never medical itself
+    ([HEADACHE, "Okay, thank you."], None),  # "thank you" whole, not "thank" and a "you" left over
+    ([HEADACHE, "Thank you so much!"], None),
     # realtime holds only for the turns that lean on it
     ([WEATHER_EN, "And tomorrow?"], REALTIME),
     ([WEATHER_EN, "And tomorrow?", "What about Milwaukee?"], REALTIME),
@@ -50,7 +52,12 @@ CONVERSATIONS: list[tuple[list[str], str | None]] = [
     (["京东上这个型号现在多少钱", "这个牌子的售后怎么样"], None),  # a warranty stays
     (["京沪高铁今天有没有晚点", "高铁最快能开多快"], None),  # so does a top speed
     (["现在去机场打车要多久", "机场快线几点停运"], None),  # and a timetable
+    (["去广州的航班现在还能改签吗", "改签要手续费吗"], None),  # and a fee
+    (["长沙今天热不热", "长沙为什么叫火炉"], None),  # and a name
+    (["我最近一吃芒果就起疙瘩", "以前都没事"], MEDICAL),
     (["京沪高铁今天有没有晚点", "G2次呢"], REALTIME),  # while a short turn leaning on it is live
+    (["Is Zion crowded this weekend?", "What's the best trail for beginners there?"], None),  # a recommendation
+    (["Write a poem about a fisherman caught in a storm.", "Make it shorter."], None),  # the weather of a poem
     ([WEATHER_EN, "Thanks!"], None),
     # text handed over is the user's material, not a question
     (["帮我把这句话翻译成英文:今天天气很好."], None),

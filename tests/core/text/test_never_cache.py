@@ -46,6 +46,18 @@ NEVER_CACHED = [
     # a task's wording does not hide a live question after it
     ("What's on my calendar today, and is it raining now?", REALTIME),
     ("Write me the latest bitcoin price", REALTIME),
+    ("Act as a doctor: I have had a fever and a cough for three days.", MEDICAL),  # the asker's own body
+    ("你现在是一名医生，我头疼得厉害怎么办", MEDICAL),
+    # a date counted from today, the present of a state, transit status, a market price
+    ("Did the Lakers win last night?", REALTIME),
+    ("Has the verdict come out yet?", REALTIME),
+    ("What do used bikes sell for these days?", REALTIME),
+    ("Are the trains to Leeds running on time?", REALTIME),
+    ("Is the Bay Bridge closed because of the accident?", REALTIME),
+    ("How much is a used Corolla going for?", REALTIME),
+    ("苹果最近多少钱一斤", REALTIME),
+    ("昨天的比赛谁赢了", REALTIME),
+    ("青岛这两天海边浪大不大", REALTIME),
     ("ＢＩＴＣＯＩＮ  price", REALTIME),  # full width and spacing fold away
 ]
 
@@ -81,6 +93,9 @@ CACHEABLE = [
     "Put the dentist's birthday party into my calendar for this weekend",
     "Help me write a catchy headline for an article on the latest Mars rover findings",
     "请帮我写一个关于最新人工智能进展的文章标题",
+    "Write a limerick about a dog who hates the snow",  # the weather of a poem
+    "Act as a doctor and propose new treatments for chronic diseases, weighing each patient's age.",
+    "把自己想象成一名医生，为各种疾病提出创新的治疗方法。",  # a role set up, not the asker's body
     "",
 ]
 
