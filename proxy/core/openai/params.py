@@ -133,8 +133,9 @@ def _stops(value: Any) -> list[str]:
 
 
 def _canonical(value: Any) -> Any:
-    """One spelling of a JSON value: 1.0 is 1 (object keys are sorted when hashed)."""
-    if isinstance(value, float) and value.is_integer():
+    """One spelling of a JSON value: 1.0 is 1 (object keys are sorted when hashed); a whole float
+    past what a 64-bit integer holds stays a float, as the JSON encoder can write no such integer."""
+    if isinstance(value, float) and value.is_integer() and -(2**63) <= value < 2**64:
         return int(value)
     if isinstance(value, list):
         return [_canonical(v) for v in value]

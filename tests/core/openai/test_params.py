@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.model import Reason
-from proxy.core.openai.params import read_params
+from proxy.core.openai.params import read_params, shaping_digest
 
 SCHEMA = {
     "name": "colors",
@@ -156,3 +156,10 @@ def test_a_bad_value_is_a_client_error_naming_its_parameter(param: str, value: A
         read_params({param: value})
     assert caught.value.param == param
     assert param in caught.value.message
+
+
+@pytest.mark.parametrize("huge", [1.8446744073709552e19, -1e300, 1e19])
+def test_a_whole_number_past_64_bits_still_has_a_pool(huge: float) -> None:
+    # such a float was turned into an int the JSON encoder refuses: a 500 instead of an answer
+    digest = shaping_digest({"model": "m", "tools": [huge]})
+    assert digest and digest != shaping_digest({"model": "m", "tools": [1.0]})
