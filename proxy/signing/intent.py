@@ -142,7 +142,12 @@ class IntentClassifier:
         # the vector reads the whole turn: where it hands material over ("Translate: Breaking
         # news ..."), it reads the material, which asks nothing
         own_words = reading.asked == fold(turn).strip()
-        if reading.match is None and own_words and (learned := self._learned.get(turn)) is not None:
+        learned = self._learned.get(turn) if own_words else None
+        # medical first, as the rules read it ("今天头疼" is a body before it is a day): a body read
+        # by the reader outranks a realtime word ("My hands shake a lot lately"), and so the
+        # conversation stays medical after it
+        outranks = reading.match is None or (learned is not None and learned.intent == MEDICAL != reading.match.intent)
+        if learned is not None and outranks:
             return replace(reading, match=learned)
         return reading
 

@@ -12,7 +12,7 @@ import yaml
 
 from proxy.core.conversation import Normalizer
 from proxy.core.policy import PolicyError, load_policy, parse_policy
-from proxy.core.text.never_cache import MEDICAL
+from proxy.core.text.never_cache import MEDICAL, REALTIME
 from proxy.embedding.backends import SyncEmbedder
 from proxy.settings import DEFAULT_POLICY
 from proxy.signing.intent import IntentClassifier
@@ -97,6 +97,16 @@ def test_a_turn_the_reader_names_medical_carries_over_like_a_ruled_one() -> None
     assert follow is not None and follow.intent == MEDICAL and follow.carried
     # a courtesy still ends it for that turn
     assert classifier.never_cached([first, "Thanks!"]) is None
+
+
+def test_a_body_the_reader_names_outranks_a_realtime_word_and_holds_the_conversation() -> None:
+    classifier = _classifier(_head({"medical": 0.9}))
+    first = "My hands shake a lot in the mornings lately."  # "lately": a realtime rule's word
+    ruled = classifier.never_cached([first])
+    assert ruled is not None and ruled.intent == REALTIME
+    classifier.learn(first, _axis(2))
+    follow = classifier.never_cached([first, "I do drink four coffees a day."])
+    assert follow is not None and (follow.intent, follow.carried) == (MEDICAL, True)
 
 
 def test_without_a_reader_learning_changes_nothing() -> None:
