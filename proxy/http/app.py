@@ -11,7 +11,7 @@ from aiohttp import web
 from proxy.embedding.backends import SyncEmbedder
 from proxy.http import keys
 from proxy.http.admin import add_admin_routes
-from proxy.http.chat import ChatService
+from proxy.http.chat import ChatOptions, ChatService
 from proxy.http.middlewares import error_middleware
 from proxy.http.race import races
 from proxy.http.routes import add_routes
@@ -83,25 +83,28 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
 def chat_service(parts: Parts, s: Settings, metrics: Metrics) -> ChatService:
     """The chat handler over the service parts, with the settings only serving reads."""
     flavour = s.upstream_flavour if s.upstream else "llamacpp"
-    return ChatService(
-        cache=parts.cache,
-        planner=parts.planner,
-        write_back=parts.write_back,
-        upstream=parts.upstream,
+    options = ChatOptions(
         flavour=flavour,
         # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks
         # the slot itself: pinning id_slot measured 27 % cached vs 83 % (tests/upstream/test_engine.py)
         slot_count=None,
-        metrics=metrics,
-        judge=parts.judge,
         debug_headers=s.debug_headers,
-        coalescer=parts.coalescer,
-        prewarmer=parts.prewarmer,
         prewarm_all=s.prewarm,
         race=races(s.race_upstream, flavour),
         retry=s.upstream_retry,
         route_min_shared_chars=s.route_related_min_chars,
+    )
+    return ChatService(
+        cache=parts.cache,
+        planner=parts.planner,
+        write_back=parts.write_back,
         settling=parts.settling,
+        upstream=parts.upstream,
+        metrics=metrics,
+        judge=parts.judge,
+        options=options,
+        coalescer=parts.coalescer,
+        prewarmer=parts.prewarmer,
     )
 
 

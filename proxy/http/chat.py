@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -40,6 +41,25 @@ from proxy.upstream.routing import routing_session
 __all__ = ["ChatService"]
 
 
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """How the chat handler talks to its upstream and its client, read from the settings once."""
+
+    flavour: str = "openai"  # the upstream's dialect of prefix-cache hints (upstream.hints.FLAVOURS)
+    slot_count: int | None = None  # pin a session to one of this many engine slots; None: the engine picks
+    debug_headers: bool = False  # a client may ask for the decision's scores in headers
+    prewarm_all: bool = False  # prewarm the engine's KV after every hit, not only where the policy says
+    race: frozenset[Kind] = frozenset()  # kinds of request whose upstream call goes out while the cache decides
+    # an attempt that failed before its first byte reached the client is sent once more (upstream.retry)
+    retry: bool = True
+    # a half-hit goes where its related record's prefix is cached, when they share this much (upstream.routing)
+    route_min_shared_chars: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"unknown upstream flavour {self.flavour!r}; expected one of {', '.join(FLAVOURS)}")
+
+
 class ChatService:
     def __init__(
         self,
@@ -47,29 +67,21 @@ class ChatService:
         cache: SemanticCache,
         planner: Planner,
         write_back: WriteBack,
+        settling: Settling,
         upstream: Upstream,
-        flavour: str,
-        slot_count: int | None,
         metrics: Metrics,
         judge: HitJudge,
-        debug_headers: bool,
+        options: ChatOptions,
         coalescer: coalesce.Coalescer | None = None,
         prewarmer: Prewarmer | None = None,
-        prewarm_all: bool = False,
-        race: frozenset[Kind] = frozenset(),
-        retry: bool = True,
-        route_min_shared_chars: int = 4096,
-        settling: Settling,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.planner, self.write_back = cache, planner, write_back
-        if flavour not in FLAVOURS:
-            raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
-        self.upstream, self.slot_count = upstream, slot_count
-        self.flavour: Flavour = flavour  # narrowed by the check above
-        self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, debug_headers, clock
+        self.upstream, self.slot_count = upstream, options.slot_count
+        self.flavour: Flavour = options.flavour  # type: ignore[assignment]  # checked by ChatOptions
+        self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, options.debug_headers, clock
         self.settling = settling  # the bookkeeping after a reply: a write-back, a hit's count
-        self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, prewarm_all
+        self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, options.prewarm_all
         if coalescer is not None:
             metrics.tally(
                 "smartcache_coalesced_requests",
@@ -84,7 +96,7 @@ class ChatService:
                 "outcome",
                 lambda: {"sent": prewarmer.sent, "dropped": prewarmer.dropped, "failed": prewarmer.failed},
             )
-        self.race = race  # kinds of request whose upstream call goes out while the cache decides
+        self.race = race = options.race
         self.races = {"relayed": 0, "cancelled": 0}
         if race:
             metrics.tally(
@@ -94,10 +106,7 @@ class ChatService:
                 lambda: dict(self.races),
             )
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
-        # an attempt that failed before its first byte reached the client is sent once more (upstream.retry)
-        self.retry = retry
-        # a half-hit goes where its related record's prefix is cached, when they share this much (upstream.routing)
-        self.route_min_shared_chars = route_min_shared_chars
+        self.retry, self.route_min_shared_chars = options.retry, options.route_min_shared_chars
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
         out = Outcome()
