@@ -133,8 +133,11 @@ class FeedbackReader:
             penalised = await self.cache.penalise(last.cache_id)
             if penalised is not None and penalised.state == "pending":
                 self.metrics.write("rejected")
-        if self.judge.corrected(who) is not None:
-            self.metrics.hit_judged("corrected")
+        judged = self.judge.corrected(who)
+        if judged is not None:
+            # the signal is about the session's last answer: a hit the session went on from (its
+            # last answer is a later one) was accepted, whatever is said of that later answer
+            self.metrics.hit_judged("corrected" if judged == last.cache_id else "accepted")
         return signal
 
 

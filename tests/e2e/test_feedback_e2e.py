@@ -105,3 +105,25 @@ async def test_a_correction_after_a_bypassed_answer_leaves_the_answer_before_it_
     assert (await store.get(record.cache_id)).feedback_score == record.feedback_score
     status, served, _ = await chat(proxy.client(**{"x-smartcache-session": "fb-rt-2"}), question)
     assert (status, served) == ("hit", first)
+
+
+async def test_a_correction_after_a_bypassed_answer_does_not_judge_the_hit_before_it_corrected(
+    proxy: Proxy, upstream: Upstream
+) -> None:
+    """The session went on from the hit (its next answer was another one): a correction of that
+    later answer judges the hit accepted, not corrected."""
+    question = [SYSTEM, {"role": "user", "content": QUESTION}]
+    status, first, _ = await chat(proxy.client(**{"x-smartcache-session": "judge-a"}), question)
+    assert status == "miss"
+    client = proxy.client(**{"x-smartcache-session": "judge-b"})
+    status, served, _ = await chat(client, question)
+    assert (status, served) == ("hit", first)
+    corrected = await proxy.metric("smartcache_hits_judged_total", outcome="corrected") or 0.0
+    accepted = await proxy.metric("smartcache_hits_judged_total", outcome="accepted") or 0.0
+    weather_now = {"role": "user", "content": "今天杭州天气怎么样？"}
+    realtime = [*question, {"role": "assistant", "content": served}, weather_now]
+    status, weather, _ = await chat(client, realtime)
+    assert status == "bypass"
+    await chat(client, [*realtime, {"role": "assistant", "content": weather}, {"role": "user", "content": "不对"}])
+    assert (await proxy.metric("smartcache_hits_judged_total", outcome="corrected") or 0.0) == corrected
+    assert (await proxy.metric("smartcache_hits_judged_total", outcome="accepted") or 0.0) == accepted + 1
