@@ -34,7 +34,7 @@ import numpy as np
 from proxy.core.lru import LruDict
 from proxy.core.policy import Policy
 from proxy.core.text.carry_over import TurnReading, carried, read_turn
-from proxy.core.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch, fold
+from proxy.core.text.never_cache import MEDICAL, REALTIME, NeverCacheMatch
 from proxy.core.text.normalize import NormalText
 from proxy.core.text.phrases import KeywordRules
 from proxy.signing.never_cache_head import NeverCacheHead, head_for
@@ -141,13 +141,13 @@ class IntentClassifier:
         reading = self._readings.remember(turn, self._read)
         # the vector reads the whole turn: where it hands material over ("Translate: Breaking
         # news ..."), it reads the material, which asks nothing
-        own_words = reading.asked == fold(turn).strip()
-        learned = self._learned.get(turn) if own_words else None
+        learned = self._learned.get(turn) if reading.whole else None
+        if learned is None:
+            return reading
         # medical first, as the rules read it ("今天头疼" is a body before it is a day): a body read
         # by the reader outranks a realtime word ("My hands shake a lot lately"), and so the
         # conversation stays medical after it
-        outranks = reading.match is None or (learned is not None and learned.intent == MEDICAL != reading.match.intent)
-        if learned is not None and outranks:
+        if reading.match is None or (learned.intent == MEDICAL and reading.match.intent != MEDICAL):
             return replace(reading, match=learned)
         return reading
 

@@ -43,6 +43,7 @@ class TurnReading:
     settled_fact: bool  # asks a fact that does not move with the clock ("how tall", "who designed", "是怎么")
     leaves_medical: bool  # a subject of its own, pointing back at nothing and naming no body or care
     courtesy: bool  # thanks or an acknowledgement, asking nothing
+    whole: bool = True  # the user's own words are the whole turn: nothing handed over or quoted
 
 
 _COURTESY: Final = re.compile(
@@ -133,13 +134,15 @@ _BODY_WORDS: Final = re.compile(
 
 def read_turn(text: str) -> TurnReading:
     """One user turn as written (its capitals name things, its quotes and lines set material apart)."""
+    folded = fold(text)
     asked = fold(asked_words(text))
-    match = match_folded(fold(text), asked)
+    match = match_folded(folded, asked)
+    whole = asked == folded
     if not asked:  # hands material over (a task of its own), or says nothing
-        return TurnReading(match, asked, False, False, bool(text.strip()), courtesy=not text.strip())
+        return TurnReading(match, asked, False, False, bool(text.strip()), not text.strip(), whole)
     rest = _COURTESY.sub("", asked).strip()
     if not rest or (rest != asked and _PLAN.search(rest) and not _QUESTION.search(rest)):
-        return TurnReading(match, asked, False, False, False, courtesy=match is None)
+        return TurnReading(match, asked, False, False, False, match is None, whole)
     zh = bool(_CJK.search(rest))
     size = len(_CJK.findall(rest)) if zh else len(_EN_WORD.findall(rest))
     short = size <= (_SHORT_CJK_CHARS if zh else _SHORT_EN_WORDS)
@@ -151,7 +154,7 @@ def read_turn(text: str) -> TurnReading:
     new_topic = bool(_TOPIC_CHANGE.search(rest))
     leans = not new_topic and (points_back or (short and not own_subject and not at_person))
     leaves = new_topic or (own_subject and not (points_back or at_person or _BODY_WORDS.search(rest)))
-    return TurnReading(match, asked, leans, defined, leaves, False)
+    return TurnReading(match, asked, leans, defined, leaves, False, whole)
 
 
 def _names(raw: str, zh: bool) -> bool:
