@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from proxy.core.text.never_cache import NeverCacheMatch
 
-__all__ = ["WEIGHTS_DIR", "NeverCacheHead", "head_for"]
+__all__ = ["WEIGHTS_DIR", "NeverCacheHead", "head_for", "softmax"]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 RULE = "learned"  # NeverCacheMatch.rule of the reader's matches
@@ -62,9 +62,7 @@ class NeverCacheHead:
         return int(self.weights.shape[1])
 
     def probabilities(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-        logits = self.weights.astype(np.float64) @ np.asarray(vector, dtype=np.float64) + self.bias
-        exp = np.exp(logits - logits.max())
-        return np.asarray(exp / exp.sum(), dtype=np.float64)
+        return softmax(self.weights @ np.asarray(vector, dtype=np.float32) + self.bias)
 
     def read(self, vector: npt.NDArray[np.float32]) -> NeverCacheMatch | None:
         """The never-cache intent the turn's vector reads as, or None (other, or unsure)."""
@@ -75,6 +73,12 @@ class NeverCacheHead:
         if not over:
             return None
         return NeverCacheMatch(self.classes[max(over, key=lambda i: probs[i])], RULE)
+
+
+def softmax(logits: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """Probabilities over the last axis (one row of logits, or a matrix of them)."""
+    z = np.exp(np.asarray(logits, dtype=np.float64) - np.max(logits, axis=-1, keepdims=True))
+    return np.asarray(z / z.sum(axis=-1, keepdims=True), dtype=np.float64)
 
 
 def head_for(model: str, weights_dir: Path = WEIGHTS_DIR) -> NeverCacheHead | None:

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from proxy.core.conversation import Normalizer
 from proxy.embedding.packs import load_embedder
-from proxy.signing.never_cache_head import WEIGHTS_DIR
+from proxy.signing.never_cache_head import WEIGHTS_DIR, softmax
 from proxy.tools.never_cache.data import LABELS, Utterance, training_utterances
 from proxy.tools.verifier.pairs import text_key
 
@@ -44,11 +44,6 @@ def group_weights(rows: Sequence[Utterance]) -> Floats:
     counts = Counter((u.lang, u.label) for u in rows)
     w = np.array([1.0 / counts[(u.lang, u.label)] for u in rows])
     return np.asarray(w * len(rows) / w.sum(), dtype=np.float64)
-
-
-def softmax(logits: Floats) -> Floats:
-    z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return np.asarray(z / z.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
 def fit(x: Floats, y: npt.NDArray[np.int64], w: Floats, *, l2: float, epochs: int, seed: int) -> tuple[Floats, Floats]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from proxy.signing.never_cache_head import softmax
 from proxy.tools.never_cache.data import Utterance
-from proxy.tools.never_cache.train import fit, group_weights, is_validation, levels, read, softmax
+from proxy.tools.never_cache.train import fit, group_weights, is_validation, levels, read
 
 
 def _rows(*specs: tuple[str, str, int]) -> list[Utterance]:
