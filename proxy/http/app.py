@@ -21,6 +21,7 @@ from proxy.service.datadir import data_dir_lock, tenant_salt
 from proxy.service.lifecycle import Capacity, Lifecycle, running
 from proxy.settings import Settings
 from proxy.upstream.engine import LocalEngine
+from proxy.upstream.hints import as_flavour
 from proxy.upstream.readiness import Readiness
 
 log = structlog.get_logger("smartcache")
@@ -82,7 +83,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def chat_service(parts: Parts, s: Settings, metrics: Metrics) -> ChatService:
     """The chat handler over the service parts, with the settings only serving reads."""
-    flavour = s.upstream_flavour if s.upstream else "llamacpp"
+    flavour = as_flavour(s.upstream_flavour) if s.upstream else "llamacpp"
     options = ChatOptions(
         flavour=flavour,
         # llama.cpp restores a returning conversation from its RAM prompt cache only when it picks

@@ -34,7 +34,7 @@ from proxy.service.settling import Settling
 from proxy.service.writeback import WriteBack, record_vector
 from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
-from proxy.upstream.hints import FLAVOURS, Flavour, apply_hints
+from proxy.upstream.hints import Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
 from proxy.upstream.routing import routing_session
 
@@ -45,7 +45,7 @@ __all__ = ["ChatService"]
 class ChatOptions:
     """How the chat handler talks to its upstream and its client, read from the settings once."""
 
-    flavour: str = "openai"  # the upstream's dialect of prefix-cache hints (upstream.hints.FLAVOURS)
+    flavour: Flavour = "openai"  # the upstream's dialect of prefix-cache hints
     slot_count: int | None = None  # pin a session to one of this many engine slots; None: the engine picks
     debug_headers: bool = False  # a client may ask for the decision's scores in headers
     prewarm_all: bool = False  # prewarm the engine's KV after every hit, not only where the policy says
@@ -54,10 +54,6 @@ class ChatOptions:
     retry: bool = True
     # a half-hit goes where its related record's prefix is cached, when they share this much (upstream.routing)
     route_min_shared_chars: int = 4096
-
-    def __post_init__(self) -> None:
-        if self.flavour not in FLAVOURS:
-            raise ValueError(f"unknown upstream flavour {self.flavour!r}; expected one of {', '.join(FLAVOURS)}")
 
 
 class ChatService:
@@ -78,7 +74,7 @@ class ChatService:
     ) -> None:
         self.cache, self.planner, self.write_back = cache, planner, write_back
         self.upstream, self.slot_count = upstream, options.slot_count
-        self.flavour: Flavour = options.flavour  # type: ignore[assignment]  # checked by ChatOptions
+        self.flavour = options.flavour
         self.metrics, self.judge, self.debug_headers, self.clock = metrics, judge, options.debug_headers, clock
         self.settling = settling  # the bookkeeping after a reply: a write-back, a hit's count
         self.coalescer, self.prewarmer, self.prewarm_all = coalescer, prewarmer, options.prewarm_all

@@ -125,6 +125,13 @@ def _generic(body: dict[str, Any], headers: dict[str, str], ctx: HintContext) ->
     return None
 
 
+def as_flavour(name: str) -> Flavour:
+    """``name`` as an upstream flavour; a ValueError naming the known ones if it is none."""
+    if name not in FLAVOURS:
+        raise ValueError(f"unknown upstream flavour {name!r}; expected one of {', '.join(FLAVOURS)}")
+    return name
+
+
 _HINTS: Mapping[Flavour, Callable[[dict[str, Any], dict[str, str], HintContext], None]] = {
     "vllm": _vllm,
     "sglang": _sglang,
@@ -152,9 +159,7 @@ def apply_hints(
     this request from others of the same turn (SGLang's `_r<n>`; 0: none); None draws one, so
     request ids never repeat.
     """
-    hint = _HINTS.get(flavour)
-    if hint is None:
-        raise ValueError(f"unknown upstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
+    hint = _HINTS[as_flavour(flavour)]
     if not session_id:
         raise ValueError("session_id must not be empty")
     if retry is None:
