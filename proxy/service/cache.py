@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,7 +25,8 @@ from proxy.core.openai.request import ChatRequest
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.normalize import Cutter
 from proxy.service.index_load import read_index
-from proxy.service.reach import fits_limit, nearest_of_both, repeated, visible, write_scope
+from proxy.service.new_record import new_record
+from proxy.service.reach import fits_limit, nearest_of_both, repeated, visible
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.storage.vectors import Hits, VectorIndex
@@ -328,40 +328,16 @@ class SemanticCache:
         usage: dict[str, Any],
         cut: bool = False,
     ) -> Record:
-        """``cut``: the engine ended the answer at the request's token limit; it is kept for that
-        very request at that limit only (``candidates``)."""
-        now = self.clock()
-        cap = request.answer_cap if cut else None
-        ttl = policy.ttl if request.controls.ttl is None else min(policy.ttl, request.controls.ttl)
-        # tens of ms of jieba on a long answer: off the event loop
+        """Store ``answer`` as the record ``new_record`` builds and index it; ``cut``: the engine
+        ended it at the request's token limit."""
+        # jieba over a long answer would hold up the event loop (bench_request_parts.py)
         facts = await asyncio.to_thread(extract_key_facts, answer, segmenter=self.segmenter)
-        record = Record(
-            cache_id="sc-" + uuid.uuid4().hex[:20],
-            tenant=who.tenant,
-            user=who.user,
-            scope=write_scope(policy, sig, request),
-            session=who.session,
-            namespace=request.record_namespace,
-            context_fingerprint=sig.context_fingerprint,
-            intent=sig.tags.intent,
-            coarse_tags=sig.record_tags(cut_at=cap),
-            vector=np.asarray(sig.vector, dtype=np.float32).tobytes(),
-            qvector=np.asarray(sig.question_vector, dtype=np.float32).tobytes(),
-            answer_text=answer,
-            key_facts=facts,
-            model=request.model,
-            system_prompt_version=sig.system_prompt_version,
-            policy_version=policy_version,
-            request_hash=sig.request_hash,
-            state="ready" if self.ready_after <= 0 else "pending",
-            created_at=now,
-            ready_at=now + self.ready_after,
-            expires_at=now + ttl,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        )
+        record = new_record(
+            request=request, who=who, sig=sig, policy=policy, policy_version=policy_version, answer=answer,
+            key_facts=facts, usage=usage, now=self.clock(), ready_after=self.ready_after, cut=cut,
+        )  # fmt: skip
         label = await self.store.insert(record)
-        record = _with_label(record, label)
+        record = replace(record, label=label)
         vector = np.asarray(sig.vector, dtype=np.float32)
         key = IndexKey.of(record)
         # not under _index_lock: a new label is this write's alone, and the index and the pools
@@ -399,7 +375,3 @@ class SemanticCache:
         on this conversation, and one user starting over must not take them from everyone."""
         private = None if shared_too else SCOPES[: SCOPES.index("tenant")]
         return len(await self.retire(Selector(tenant=tenant, session=session, scopes=private)))
-
-
-def _with_label(record: Record, label: int) -> Record:
-    return replace(record, label=label)
