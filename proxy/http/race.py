@@ -1,7 +1,7 @@
 """The upstream call sent while the cache decides (docs/architecture.md, "Racing the upstream").
 
-Embedding and searching take tens of milliseconds on a CPU; an LLM takes longer than that to its
-first token. Sent at once, a miss's answer is already under way when the lookup says miss, so a
+Embedding and searching on a CPU take less than an LLM takes to its first token (bench_overhead.py
+times both). Sent at once, a miss's answer is already under way when the lookup says miss, so a
 miss costs about the relay and not the lookup. A hit cancels the call: closing the connection is
 how a client aborts an engine's request (vLLM, SGLang and llama.cpp stop it and free its slot),
 so the hit still saves the generation, though not the prefill already done. A paid API may bill

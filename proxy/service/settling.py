@@ -1,8 +1,8 @@
 """What a request still does for the cache after its answer went out.
 
 An answer goes to the client before it is written back (the record, its index entry, the
-session's last answer) or before a served hit is counted: that bookkeeping is a few milliseconds
-of SQLite and hnswlib the client need not wait for, and a keep-alive connection's next request
+session's last answer) or before a served hit is counted: that bookkeeping is SQLite and hnswlib
+work (bench_request_parts.py) the client need not wait for, and a keep-alive connection's next request
 must not queue behind it. Whoever reads what it writes waits for it instead, so nothing can tell
 the bookkeeping came after the reply:
 

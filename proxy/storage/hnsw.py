@@ -104,7 +104,7 @@ class HnswIndex:
         with self._lock:
             due = self._add_rows(labels, vectors, keys)
         for pool, built, wide in due:
-            # seconds for a few thousand rows on a busy machine: lookups go on meanwhile, against
+            # a graph over thousands of rows takes a while (bench_store_scale.py): lookups go on meanwhile, against
             # the exact rows, and only this add waits
             graph = self.settings.build(wide, built)
             with self._lock:

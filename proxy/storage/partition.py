@@ -175,7 +175,7 @@ class Partition:
         return [(int(self.labels[at[i]]), float(scores[i])) for i in best(scores, k)]
 
     def _walk(self, query: Vector, k: int, coded: Coded | None, exact_limit: int) -> Hits:
-        """See the module docstring; the mask over every row costs tens of microseconds."""
+        """See the module docstring; the mask over every row is cheap beside the walk (bench_store.py)."""
         assert self.graph is not None
         admitted = None if coded is None else np.flatnonzero(coded.mask(self.cols[:, : self.n]))
         share = 1.0 if admitted is None else max(len(admitted), 1) / self.n

@@ -99,7 +99,7 @@ class Cutter(Protocol):
 class Segmenter:
     """Owns a private jieba tokenizer (and its part-of-speech tagger) instead of jieba's global one.
 
-    Building the dictionary costs about a second: the app builds one at start and hands it to the
+    Building the dictionary is slow (a jieba start): the app builds one at start and hands it to the
     parts that read text (proxy.service.compose); ``default_segmenter()`` serves tests and offline callers
     that have none at hand.
     """
