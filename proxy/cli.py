@@ -223,14 +223,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from proxy.core.policy import load_policy
-    from proxy.tools.calibrate import (
-        calibrate,
-        calibrate_verifier,
-        describe_kept,
-        describe_verified,
-        held_out,
-        write_policy,
-    )
+    from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_kept, describe_verified
+    from proxy.tools.calibrated_policy import write_policy
+    from proxy.tools.held_out import held_out
     from proxy.tools.report import print_calibration, print_held_out
 
     configure_logging("warning")

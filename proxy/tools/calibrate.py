@@ -1,21 +1,15 @@
 """Calibration from shadow-replay rows: per intent, the lowest accept threshold (a cosine) and,
 for intents that verify, the lowest verifier probability whose false-hit rate stays under a
-target with an upper confidence bound; and a policy file, under a version of its own, that
-records the data behind each number (never by taste). An accept threshold the data cannot show
-safe is not written: the template's stays, and the output says so."""
+target with an upper confidence bound, so that every number a policy serves at rests on data
+(never on taste). An intent too thin to fit alone borrows the threshold fitted on all intents
+together; one the data cannot show safe gets nothing fitted, and the note says so."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import yaml
 
 from proxy.core.model import Reason
 from proxy.core.policy import Policy
@@ -26,8 +20,6 @@ MARGIN = 0.005  # above the highest-scoring false candidate: the boundary itself
 CANDIDATE_BAND = 0.05
 # Verifier probabilities are calibrated: below one half the verifier says "another request".
 VERIFY_FLOOR = 0.5
-_CALIBRATED = "+cal."  # joins a template's version to the digest of what a calibration chose
-VERIFY_SETTINGS = ("verify_accept", "verify_previous")  # the policy keys verifier levels go to
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +62,8 @@ def _scored(r: Row) -> bool:
     return r.nets_ok and r.score is not None and r.reason not in (Reason.RESTATEMENT, Reason.VERIFIED_PREVIOUS)
 
 
-def _is_false(r: Row) -> bool:
+def is_false(r: Row) -> bool:
+    """A candidate that would be a false hit if served: the request expects none, or its key differs."""
     return r.expect_no_hit or not r.candidate_key_ok
 
 
@@ -95,7 +88,7 @@ def _fit(scored: Sequence[Row], target: float, floor: float, key: Callable[[Row]
     ordered = sorted(scored, key=key, reverse=True)
     best, false = None, 0
     for n, r in enumerate(ordered, start=1):
-        false += _is_false(r)
+        false += is_false(r)
         t = _down4(key(r))
         last_at_t = n == len(ordered) or _down4(key(ordered[n])) < t
         if last_at_t and t >= floor and upper_bound(false, n) <= target:
@@ -110,6 +103,12 @@ def _kept(intent: str, template: Policy | None) -> tuple[float, float, str]:
         return 0.999, round(0.999 - CANDIDATE_BAND, 4), "no template given: 0.999 (near-duplicates only)"
     own = template.for_intent(intent)
     return own.accept, own.candidate, f"kept the template's accept {own.accept:g}"
+
+
+def template_calibration(intent: str, template: Policy) -> Calibration:
+    """What an intent serves at when calibration fitted nothing for it: the template's thresholds."""
+    accept, candidate, note = _kept(intent, template)
+    return Calibration(intent, accept, candidate, 0, 0, 0, 1.0, 0, 0.0, note, fitted=False)
 
 
 def calibrate(
@@ -140,7 +139,7 @@ def calibrate(
             accept, candidate, kept = _kept(intent, template)
             note = f"{kept}: {note}"
         hits = [r for r in scored if _score(r) >= accept]
-        false = sum(_is_false(r) for r in hits)
+        false = sum(is_false(r) for r in hits)
         if fitted is None and false:
             note += f"; {false} false candidates score at or above it"
         reusable = sum(r.session_reusable and not r.expect_no_hit for r in irows)
@@ -172,7 +171,7 @@ def _fit_intent(
         if fitted is not None:
             return fitted, f"meets target on its own {len(scored)} {unit}"
     else:
-        worst = max((key(r) + MARGIN for r in scored if _is_false(r)), default=0.0)
+        worst = max((key(r) + MARGIN for r in scored if is_false(r)), default=0.0)
         if pooled_t is not None:
             return round(min(0.999, max(pooled_t, worst)), 4), (
                 f"only {len(scored)} {unit}: the {what} fitted on all {pooled} together"
@@ -251,7 +250,7 @@ def calibrate_verifier(
         if fitted is None:
             note += ": not written"
         hits = [r for r in irows if _probability(r) >= level]
-        false = sum(_is_false(r) for r in hits)
+        false = sum(is_false(r) for r in hits)
         out[intent] = VerifyCalibration(intent, level, len(irows), len(hits), false,
                                         round(upper_bound(false, len(hits)), 5), note, setting,
                                         fitted is not None)  # fmt: skip
@@ -262,180 +261,3 @@ def describe_verified(verified: Mapping[str, VerifyCalibration]) -> list[str]:
     """One line per verified intent, for the calibrate command."""
     return [f"{v.setting} {v.intent}: {v.level} ({v.samples} verified, {v.hits} hits, {v.false_hits} false, "
             f"FHR upper bound {v.fhr_upper:.4f}; {v.note})" for v in verified.values()]  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class HeldOut:
-    """Hits the calibrated thresholds would serve on conversations calibration did not see."""
-
-    folds: int
-    hits: int
-    false_hits: int
-    reusable: int
-    by_intent: Mapping[str, tuple[int, int]]  # intent -> (hits, false hits)
-
-    @property
-    def precision(self) -> float:
-        return (self.hits - self.false_hits) / self.hits if self.hits else 1.0
-
-    @property
-    def recall(self) -> float:
-        return (self.hits - self.false_hits) / self.reusable if self.reusable else 0.0
-
-
-def fold_of(conversation: str, folds: int) -> int:
-    # A stable hash, so a rerun splits the same way; whole conversations stay in one fold.
-    return int(hashlib.sha1(conversation.encode()).hexdigest(), 16) % folds
-
-
-def held_out(
-    rows: Sequence[Row],
-    *,
-    template: Policy | None = None,
-    folds: int = 2,
-    target: float = 1e-3,
-    floor: float = 0.80,
-    min_samples: int = 30,
-) -> HeldOut:
-    """K-fold by conversation: calibrate on the other folds, serve this one. Thresholds set just above
-    the worst false candidate look perfect on their own data; this shows whether they generalise."""
-    hits = false = reusable = 0
-    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for k in range(folds):
-        train = [r for r in rows if fold_of(r.conversation, folds) != k]
-        test = [r for r in rows if fold_of(r.conversation, folds) == k]
-        chosen = calibrate(train, template=template, target=target, floor=floor, min_samples=min_samples)
-        verified = calibrate_verifier(train, target=target, min_samples=min_samples)
-        previous = calibrate_verifier(train, target=target, min_samples=min_samples, setting="verify_previous")
-        # an intent absent from training serves at the template's accept (else the strictest chosen)
-        unseen = max((c.accept for c in chosen.values()), default=0.999)
-        reusable += sum(r.session_reusable and not r.expect_no_hit for r in test)
-        for r in test:
-            cal = chosen.get(r.intent) or (_template_calibration(r.intent, template) if template else None)
-            if _served(r, cal, verified.get(r.intent), unseen, previous.get(r.intent)):
-                bad = _is_false(r)
-                hits, false = hits + 1, false + bad
-                per[r.intent][0] += 1
-                per[r.intent][1] += bad
-    return HeldOut(folds, hits, false, reusable, {k: (v[0], v[1]) for k, v in sorted(per.items())})
-
-
-def _template_calibration(intent: str, template: Policy) -> Calibration:
-    accept, candidate, note = _kept(intent, template)
-    return Calibration(intent, accept, candidate, 0, 0, 0, 1.0, 0, 0.0, note, fitted=False)
-
-
-def _served(
-    r: Row,
-    cal: Calibration | None,
-    verified: VerifyCalibration | None,
-    unseen: float,
-    previous: VerifyCalibration | None = None,
-) -> bool:
-    """Would the fitted levels serve this shadow row? A verified intent is judged by the verifier's
-    probability instead of the accept zone, restatements included; its exact repeats skip it. The
-    previous turn judged by the verifier is served at its own level, and only there (shadow
-    replay did not record what the request would have met below it)."""
-    if not r.nets_ok or r.score is None:
-        return False
-    if r.reason == Reason.VERIFIED_PREVIOUS:
-        return previous is not None and r.verified is not None and r.verified >= previous.level
-    if verified is not None and r.verified is not None:
-        return r.verified >= verified.level
-    return r.reason == Reason.RESTATEMENT or r.score >= (cal.accept if cal else unseen)
-
-
-def calibrated_version(template: str, chosen: Mapping[str, Any]) -> str:
-    """A version of its own for every calibration that chose other numbers: records are stamped
-    with the policy version, so thresholds from another calibration never serve them. Recalibrating
-    a calibrated file replaces its digest instead of stacking another."""
-    stem = template.split(_CALIBRATED, 1)[0]
-    digest = hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{stem}{_CALIBRATED}{digest}"
-
-
-def write_policy(
-    source: Path,
-    out: Path,
-    results: Mapping[str, Calibration],
-    *,
-    traces: Sequence[str],
-    target: float,
-    embedding_model: str | None = None,
-    verified: Mapping[str, VerifyCalibration] | None = None,
-    previous: Mapping[str, VerifyCalibration] | None = None,
-    verify_target: float | None = None,
-) -> str:
-    """The input policy with calibrated thresholds (and verifier levels, for the intents that
-    verify), each intent commented with its data, stamped with the embedding model whose scores
-    they were measured on, under a new version. Returns that version."""
-    data: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
-    intents: dict[str, Any] = {}
-    comments: dict[str, list[str]] = {}
-    for name, body in (data.get("intents") or {}).items():
-        cached = (body or {}).get("cache", data["defaults"].get("cache", True)) is not False
-        levels = [v for v in ((verified or {}).get(name), (previous or {}).get(name)) if v is not None and v.fitted]
-        intents[name], comments[name] = _calibrated_intent(
-            name, dict(body or {}), results.get(name) if cached else None, levels if cached else [], cached=cached
-        )
-    model = embedding_model or data.get("embedding_model")
-    rest = {k: v for k, v in data.items() if k not in ("version", "embedding_model", "intents")}
-    if isinstance(rest.get("defaults"), dict):
-        # a template's verifier levels only ask shadow replay to verify: what serves is what was fitted
-        rest["defaults"] = {k: v for k, v in rest["defaults"].items() if k not in VERIFY_SETTINGS}
-    content = {**({"embedding_model": model} if model else {}), **rest, "intents": intents}
-    version = calibrated_version(str(data.get("version", "")), content)
-    verify_flag = "" if verify_target in (None, target) else f" --verify-target {verify_target:g}"
-    header = [
-        f"# Calibrated by `smartcache calibrate --target-false-hit {target:g}{verify_flag}` on:",
-        *[f"#   {t}" for t in traces],
-        "# Per intent: samples = requests whose best candidate passed the nets. An intent whose",
-        "# data cannot show the target keeps the template's thresholds (said at the intent).",
-        "",
-    ]
-    top = {"version": version, **{k: v for k, v in content.items() if k != "intents"}}
-    blocks = []
-    for name, body in intents.items():
-        dumped = yaml.safe_dump({name: body}, allow_unicode=True, sort_keys=False, width=110)
-        blocks.append("\n".join(comments[name] + ["  " + ln if ln else ln for ln in dumped.splitlines()]))
-    text = "\n".join(header) + yaml.safe_dump(top, allow_unicode=True, sort_keys=False, width=110)
-    out.write_text(text + "intents:\n" + "\n\n".join(blocks) + "\n", encoding="utf-8")
-    return version
-
-
-def _calibrated_intent(
-    name: str, body: dict[str, Any], cal: Calibration | None, levels: Sequence[VerifyCalibration], *, cached: bool
-) -> tuple[dict[str, Any], list[str]]:
-    """An intent's body with what calibration chose, and the comment lines that say on what data.
-    A verifier level calibration did not fit is dropped: the template's number was never measured."""
-    lines = []
-    candidate_floor = body.get("candidate")
-    for setting in VERIFY_SETTINGS:
-        body.pop(setting, None)
-    if cal is not None and not cal.fitted:
-        lines.append(f"  # {name}: {cal.samples} samples; thresholds left as they were")
-        lines.append(f"  # {cal.note}")
-    elif cal is not None:
-        body["accept"], body["candidate"] = cal.accept, cal.candidate
-        lines.append(
-            f"  # {name}: {cal.samples} samples; at accept {cal.accept}: {cal.hits} hits, "
-            f"{cal.false_hits} false, FHR upper bound {cal.fhr_upper:.4f}, recall {cal.recall:.3f}"
-        )
-        lines.append(f"  # {cal.note}")
-    elif cached:
-        lines.append(f"  # {name}: no data in these traces; thresholds left as they were")
-    if any(v.setting == "verify_accept" for v in levels):
-        # the verifier decides from the template's candidate floor up: a floor fitted for the accept
-        # zone would hide from it the paraphrases that score low by cosine
-        template_floor = candidate_floor
-        if template_floor is None:
-            body.pop("candidate", None)
-        else:
-            body["candidate"] = template_floor
-    for v in levels:
-        body[v.setting] = v.level
-        lines.append(
-            f"  # {name}: {v.samples} verified; at {v.setting} {v.level}: {v.hits} "
-            f"hits, {v.false_hits} false, FHR upper bound {v.fhr_upper:.4f}; {v.note}"
-        )
-    return body, lines

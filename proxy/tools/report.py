@@ -9,7 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from proxy.tools.calibrate import Calibration, HeldOut, calibrate
+from proxy.tools.calibrate import Calibration, calibrate
+from proxy.tools.held_out import HeldOut
 from proxy.tools.replay import Row, summarize
 
 COLUMNS = ("requests", "reusable", "hit", "correct_hits", "false_hits", "half-hit", "miss", "bypass", "saved_tokens")

@@ -12,16 +12,10 @@ from proxy.core.policy import load_policy
 from proxy.embedding.backends import SyncEmbedder
 from proxy.settings import DEFAULT_POLICY, load_settings
 from proxy.storage.sqlite import SqliteStore
-from proxy.tools.calibrate import (
-    calibrate,
-    describe_kept,
-    fold_of,
-    held_out,
-    samples_needed,
-    upper_bound,
-    write_policy,
-)
+from proxy.tools.calibrate import calibrate, describe_kept, samples_needed, upper_bound
+from proxy.tools.calibrated_policy import write_policy
 from proxy.tools.datasets.traces import Conversation, Turn
+from proxy.tools.held_out import fold_of, held_out
 from proxy.tools.replay import Row, run_replay, summarize
 from proxy.tools.warm import WarmTarget, warm
 
