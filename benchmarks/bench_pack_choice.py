@@ -24,8 +24,9 @@ from rich.table import Table
 
 from proxy.observability.log import configure_logging
 from proxy.settings import load_settings
-from proxy.tools.calibrate import calibrate, held_out
+from proxy.tools.calibrate import calibrate
 from proxy.tools.datasets.traces import load_traces
+from proxy.tools.held_out import held_out
 from proxy.tools.replay import run_replay
 
 

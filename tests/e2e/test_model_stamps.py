@@ -22,7 +22,8 @@ from proxy.observability.metrics import Metrics
 from proxy.service.compose import NOWHERE, load_policy_for, open_parts
 from proxy.settings import DEFAULT_POLICY, POLICIES, load_settings, shipped_policy
 from proxy.storage.sqlite import SqliteStore, StoreMismatch
-from proxy.tools.calibrate import Calibration, write_policy
+from proxy.tools.calibrate import Calibration
+from proxy.tools.calibrated_policy import write_policy
 from tests.conftest import Upstream
 from tests.e2e.test_e2e_core import ask, chat
 from tests.factories import make_record, unit_vector
