@@ -45,9 +45,9 @@ class Cuts:
     def words(self, text: str) -> Sequence[str]:
         return self._words.remember(text, lambda t: tuple(self.segmenter.words(t)))
 
-    def tagged(self, text: str) -> Sequence[tuple[str, str]]:
+    def tag(self, words: Sequence[str]) -> Sequence[tuple[str, str]]:
         # read for a text's entities alone, which the signer keeps whole (ContextSigner.entities)
-        return self.segmenter.tagged(text)
+        return self.segmenter.tag(words)
 
 
 def _normalized(text: str, segmenter: Cutter) -> NormalText:

@@ -25,7 +25,7 @@ from proxy.core.text.gazetteer import (
     is_place,
     wordset,
 )
-from proxy.core.text.normalize import CJK, Cutter, NormalText, default_segmenter
+from proxy.core.text.normalize import CJK, Cutter, NormalText, default_segmenter, tagged_words
 from proxy.core.text.numbers import NumericConstraint, extract_numbers
 
 
@@ -116,7 +116,7 @@ def _names(text: str, segmenter: Cutter | None) -> tuple[frozenset[str], frozens
         if name not in _EN_NOT_NAMES:
             people.add(name)
     if re.search(rf"[{CJK}]", text):
-        tagged = (segmenter or default_segmenter()).tagged(text)
+        tagged = tagged_words(segmenter or default_segmenter(), text)
         for i, (word, flag) in enumerate(tagged):
             if (flag in PLACE_FLAGS or word in PLACE_ALIASES) and is_place(word):
                 places.add(canonical_place(word))

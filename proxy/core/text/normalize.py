@@ -88,12 +88,13 @@ def quiet_jieba() -> None:
 
 
 class Cutter(Protocol):
-    """What the text rules read of a segmenter: a text's words, and its words with their part of
-    speech. A ``Segmenter`` cuts; ``proxy.core.conversation.Cuts`` remembers what it cut."""
+    """What the text rules read of a segmenter: a text's words, and those words with their part of
+    speech (``tag``). A ``Segmenter`` cuts; ``proxy.core.conversation.Cuts`` remembers what it
+    cut."""
 
     def words(self, text: str) -> Sequence[str]: ...
 
-    def tagged(self, text: str) -> Sequence[tuple[str, str]]: ...
+    def tag(self, words: Sequence[str]) -> Sequence[tuple[str, str]]: ...
 
 
 class Segmenter:
@@ -113,8 +114,23 @@ class Segmenter:
     def words(self, text: str) -> list[str]:
         return list(self._tokenizer.cut(text))
 
-    def tagged(self, text: str) -> list[tuple[str, str]]:
-        return [(pair.word, pair.flag) for pair in self._pos.cut(text)]
+    def tag(self, words: Sequence[str]) -> list[tuple[str, str]]:
+        """Each word of a cut with its part of speech: the dictionary's, or for a word the dictionary
+        lacks (a name its HMM found) the tagger's reading of that word alone. The tagger's own cut
+        of the whole text would be a second, slower cut that splits some texts elsewhere."""
+        table = self._pos.word_tag_tab
+        return [(word, table.get(word) or self._unknown(word)) for word in words]
+
+    def _unknown(self, word: str) -> str:
+        if not word.strip():
+            return "x"
+        parts = list(self._pos.cut(word))
+        return max(parts, key=lambda pair: len(pair.word)).flag if parts else "x"
+
+
+def tagged_words(cutter: Cutter, text: str) -> Sequence[tuple[str, str]]:
+    """``text``'s words, as ``cutter`` cuts them, with their parts of speech."""
+    return cutter.tag(cutter.words(text))
 
 
 @functools.cache

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.text.normalize import fold_space, mask_volatile, normalize_text, system_prompt_version
+from proxy.core.text.normalize import (
+    default_segmenter,
+    fold_space,
+    mask_volatile,
+    normalize_text,
+    system_prompt_version,
+    tagged_words,
+)
 
 
 @pytest.mark.parametrize(
@@ -148,3 +155,14 @@ def test_system_prompt_version(a: str, b: str, same: bool) -> None:
 )
 def test_fold_space(text: str, folded: str) -> None:
     assert fold_space(text) == folded
+
+
+def test_a_text_is_tagged_from_its_one_cut_and_a_name_the_dictionary_lacks_reads_as_a_name() -> None:
+    seg = default_segmenter()
+    text = "蔡瑁还有个儿子，名叫蔡讽。我明天去北京出差"
+    pairs = tagged_words(seg, text)
+    assert [word for word, _ in pairs] == seg.words(text)  # the tagger does not cut again
+    flags = dict(pairs)
+    assert flags["北京"] == "ns" and flags["明天"] == "t"  # the dictionary's
+    assert "蔡讽" not in seg._pos.word_tag_tab and flags["蔡讽"] == "nr"  # the tagger's, of the word alone
+    assert seg.tag([" ", ""]) == [(" ", "x"), ("", "x")]
