@@ -344,6 +344,8 @@ class Reason(StrEnum):
     ACCEPT = "accept"
     VERIFIED = "verified"
     EXACT_REPEAT = "exact_repeat"
+    # the same turn after the same turns, with courtesy framing added or dropped ("…, thanks")
+    COURTESY_VARIANT = "courtesy_variant"
     RESTATEMENT = "restatement"
     # the pair verifier read the request as the session's previous turn asked again
     VERIFIED_PREVIOUS = "verified_previous"

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from proxy.core.decision.change import ChangeVerdict, detect_change
-from proxy.core.model import REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
+from proxy.core.model import QUESTION_CHARS, REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
 from proxy.core.policy import IntentPolicy
+from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import entities_conflict
 from proxy.core.text.lexical import context_dependent, reordered, text_similarity
 from proxy.core.text.normalize import fold_space
@@ -28,6 +29,7 @@ __all__ = [
     "Filtered",
     "hard_filter",
     "lexical_guard",
+    "same_request",
 ]
 
 # Within one conversation, an answer is reused only for the very next turn (a rephrasing or a
@@ -43,18 +45,46 @@ class Filtered:
     candidate: Candidate
     reason: Reason | None = None
     detail: str = ""
+    same: bool = False  # the record answered this very request (``same_request``)
+
+
+def same_request(sig: Signature, cand: Candidate) -> bool:
+    """Did the candidate's record answer this very request: the same conversation byte for byte, or,
+    in the same session, the same turn after the same turns with its courtesy framing edited
+    ("Quick question: why do cats purr?" re-sent as "Why do cats purr?", "…吗，谢谢" as "…吗？";
+    proxy.core.text.courtesy)? Another session's framing is another opening of a conversation, whose
+    answer may have taken it elsewhere. A turn the verifier's side cut short is not compared; case
+    and every other word must match."""
+    record = cand.record
+    if record.request_hash == sig.request_hash:
+        return True
+    if not cand.same_session:
+        return False
+    tags = record.coarse_tags
+    mine, theirs = sig.question_raw, tags.question_raw
+    if not mine or not theirs or max(len(mine), len(theirs)) >= QUESTION_CHARS:
+        return False
+    if tags.history != sig.history_key or tags.previous_reply != sig.previous_reply:
+        return False
+    bare = bare_question(mine)
+    return bool(bare) and bare == bare_question(theirs)
 
 
 def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtered]:
+    """Each candidate, with why it is dropped if it is. The intent filter spares the record of this
+    very request (``same_request``): the classifier may name two framings of one turn differently."""
     out = []
     for cand in candidates:
         tags = cand.record.coarse_tags
-        if tags.intent != sig.tags.intent:
+        same = same_request(sig, cand)
+        if tags.intent != sig.tags.intent and not same:
             out.append(Filtered(cand, Reason.FILTERED_INTENT))
             continue
         conflicts = entities_conflict(tags.entities, sig.tags.entities)
         out.append(
-            Filtered(cand, Reason.FILTERED_ENTITIES, ",".join(sorted(conflicts))) if conflicts else Filtered(cand)
+            Filtered(cand, Reason.FILTERED_ENTITIES, ",".join(sorted(conflicts)), same)
+            if conflicts
+            else Filtered(cand, same=same)
         )
     return out
 
@@ -112,13 +142,14 @@ class DecisionContext:
 
     @property
     def ranked(self) -> list[Filtered]:
-        """Best first; the record of this very conversation first of all, whatever its score."""
+        """Best first; the record of this very request first of all, whatever its score: the same
+        conversation byte for byte before the same one courtesy aside (``same_request``)."""
         sig = self.sig
         return self._once(
             "ranked",
             lambda: sorted(
                 hard_filter(self.candidates, sig),
-                key=lambda f: (f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
+                key=lambda f: (not f.same, f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
             ),
         )
 
@@ -211,10 +242,19 @@ class DecisionContext:
 
     @property
     def exact_repeat(self) -> bool:
-        """The same conversation, byte for byte (another session's, where the intent shares
-        repeats): nothing changed, nothing reworded, nothing for the verifier to tell apart, so only
-        the checks on the answer itself still run."""
-        return self.restated is None and self.best.record.request_hash == self.sig.request_hash
+        """This very request again: the same conversation, byte for byte (another session's, where
+        the intent shares repeats), or the same turn after the same turns, courtesy aside. Nothing
+        changed, nothing reworded, nothing for the verifier to tell apart, so only the checks on
+        the answer itself still run."""
+        if self.restated is not None or not self.survivors:
+            return False
+        same = self._once("same", lambda: {f.candidate.record.cache_id for f in self.ranked if f.same})
+        return self.survivors[0].record.cache_id in same
+
+    @property
+    def courtesy_variant(self) -> bool:
+        """An exact repeat that differs from the record's request in courtesy framing alone."""
+        return self.exact_repeat and self.best.record.request_hash != self.sig.request_hash
 
     @property
     def verifies(self) -> bool:

@@ -11,11 +11,13 @@ the decision (like structlog's processors). Pure: the verifier's probabilities c
 4. Lexical guards: pairs the embedding cannot be trusted on make a half-hit.
 5. Accept zone, or verification where the intent sets ``verify_accept``: below ``accept``, or
    a verifier probability below ``verify_accept``, only reuses the context upstream.
-6. ``direct_hit: false`` never serves; answer validation checks the cached answer's key facts
-   against the request's constraints, and a failure never serves. Otherwise a hit.
+6. ``direct_hit: false`` serves nothing but exact repeats; answer validation checks the cached
+   answer's key facts against the request's constraints, and a failure never serves. Otherwise a
+   hit.
 
-An exact repeat (the same conversation byte for byte, perhaps another session's) is judged first
-of all the survivors and goes from the hard filters to stage 6: stages 2 to 5 would only read the
+An exact repeat (the same conversation byte for byte, perhaps another session's, or the same turn
+after the same turns with courtesy framing added or dropped: ``same_request``) is judged first of
+all the survivors and goes from the hard filters to stage 6: stages 2 to 5 would only read the
 conversation against itself.
 """
 
@@ -120,7 +122,11 @@ def verification(ctx: DecisionContext) -> Decision | None:
 
 
 def direct_hit(ctx: DecisionContext) -> Decision | None:
-    return None if ctx.policy.direct_hit else ctx.about_best(Status.HALF_HIT, Reason.NO_DIRECT_HIT, signals=False)
+    # ``direct_hit: false`` distrusts judging by meaning, where one changed word is another answer
+    # (code, legal); this very request asked again has nothing to judge
+    if ctx.policy.direct_hit or ctx.exact_repeat:
+        return None
+    return ctx.about_best(Status.HALF_HIT, Reason.NO_DIRECT_HIT, signals=False)
 
 
 def answer_validation(ctx: DecisionContext) -> Decision | None:
@@ -137,6 +143,8 @@ def hit(ctx: DecisionContext) -> Decision:
         reason = Reason.VERIFIED_PREVIOUS
     elif ctx.verifies:
         reason = Reason.VERIFIED
+    elif ctx.courtesy_variant:
+        reason = Reason.COURTESY_VARIANT
     elif ctx.exact_repeat:
         reason = Reason.EXACT_REPEAT
     else:

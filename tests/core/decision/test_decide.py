@@ -83,7 +83,9 @@ FIVE_TIPS = extract_entities(normalize_text("give me 5 tips for packing"))
 def make_sig(
     text: str = QUESTION, *, entities: Entities | None = None, intent: str = "support", **changes: Any
 ) -> Signature:
-    fields = {"current_text": text, "view_text": text, "question_raw": text, "turn_index": 3, **changes}
+    # no turn as written unless a row gives one: the rows' records stand for other requests in the
+    # same words, which the courtesy comparison (context.same_request) would take for this one
+    fields = {"current_text": text, "view_text": text, "question_raw": "", "turn_index": 3, **changes}
     return factories.make_signature(intent=intent, entities=entities, **fields)
 
 
@@ -223,6 +225,16 @@ CASES = [
         [make_candidate(record=make_record(request_hash="req"))],
         policy=VERIFYING,
         check=lambda d: d.verified is None,
+    ),
+    Case(
+        Reason.COURTESY_VARIANT,
+        Status.HIT,
+        # below the floor, named another intent, under an intent that serves no judged hit: none
+        # of it reads a request that only dropped its framing
+        [make_candidate(0.5, make_record("Why do cats purr?", intent="chitchat"), same_session=True, turn_gap=0)],
+        sig=make_sig("quick question: why do cats purr", question_raw="Quick question: why do cats purr?"),
+        policy=make_policy(direct_hit=False),
+        check=lambda d: d.stage == "hit" and d.record is not None and d.record.cache_id == "sc-1",
     ),
     Case(
         Reason.RESTATEMENT,
@@ -486,7 +498,9 @@ def test_the_exact_repeat_comes_before_a_nearer_candidate_and_still_meets_answer
         "give me 5 tips for packing", request_hash="req", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3)
     )
     d = decide(
-        [make_candidate(record=three)], make_sig("give me 5 tips for packing", entities=FIVE_TIPS), make_policy()
+        [make_candidate(record=three, same_session=True, turn_gap=0)],
+        make_sig("give me 5 tips for packing", entities=FIVE_TIPS),
+        make_policy(),
     )
     assert (d.status, d.reason) == (Status.MISS, Reason.VALIDATION_FAILED)
 
@@ -598,3 +612,64 @@ def test_nothing_to_verify_when_no_candidate_survives_the_hard_filters() -> None
     other = make_candidate(0.95, make_record(intent="travel"))
     assert candidates_to_verify([other], make_sig(), VERIFYING) == []
     assert candidates_to_verify([], make_sig(), VERIFYING) == []
+
+
+COURTEOUS = make_sig("quick question: why do cats purr", question_raw="Quick question: why do cats purr?")
+
+
+@pytest.mark.parametrize(
+    ("sig", "record"),
+    [
+        # one word more than framing
+        (COURTEOUS, make_record("Why do dogs purr?")),
+        # case is not framing: \S is not \s
+        (make_sig("what does \\s match", question_raw="What does \\S match?"), make_record("What does \\s match?")),
+        # after other turns, or another reply
+        (COURTEOUS, make_record("Why do cats purr?", history="h-other")),
+        (COURTEOUS, make_record("Why do cats purr?", previous_reply="cats are mammals")),
+        # a turn the verifier's side cut short may differ past the cut
+        (
+            make_sig("x", question_raw="Quick question: " + "why do cats purr " * 12),
+            make_record("why do cats purr " * 12),
+        ),
+    ],
+    ids=["other-word", "case", "other-history", "other-reply", "cut-short"],
+)
+def test_only_framing_makes_a_courtesy_variant(sig: Signature, record: Record) -> None:
+    d = decide([make_candidate(0.5, record, same_session=True, turn_gap=0)], sig, make_policy(direct_hit=False))
+    assert d.reason is not Reason.COURTESY_VARIANT and d.status is not Status.HIT, d
+
+
+def test_a_courtesy_variant_is_an_edit_in_its_own_session_not_another_sessions_opening() -> None:
+    record = make_record("Hello, I am looking for a restaurant that serves international food.")
+    sig = make_sig(
+        "i am looking for a restaurant that serves international food",
+        question_raw="I am looking for a restaurant that serves international food!",
+    )
+    edited = decide([make_candidate(0.5, record, same_session=True, turn_gap=0)], sig, make_policy())
+    assert (edited.status, edited.reason) == (Status.HIT, Reason.COURTESY_VARIANT)
+    # another user's opening, framed otherwise, got an answer that took its own conversation on
+    other = decide([make_candidate(0.5, record)], sig, make_policy())
+    assert (other.status, other.reason) == (Status.MISS, Reason.BELOW_CANDIDATE)
+
+
+def test_a_courtesy_variant_comes_before_a_nearer_candidate_and_still_meets_answer_validation() -> None:
+    near = make_candidate(0.99, record=make_record("why do cats meow", cache_id="sc-near"))
+    variant = make_candidate(
+        0.9, make_record("Why do cats purr?", cache_id="sc-variant"), same_session=True, turn_gap=0
+    )
+    d = decide([near, variant], COURTEOUS, make_policy())
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.COURTESY_VARIANT, "sc-variant")
+    three = make_record("Give me 5 tips for packing", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3))
+    sig = make_sig("give me 5 tips for packing, thanks", question_raw="Give me 5 tips for packing, thanks!")
+    d = decide(
+        [make_candidate(record=three, same_session=True, turn_gap=0)],
+        dataclasses.replace(sig, tags=dataclasses.replace(sig.tags, entities=FIVE_TIPS)),
+        make_policy(),
+    )
+    assert (d.status, d.reason) == (Status.MISS, Reason.VALIDATION_FAILED)
+
+
+def test_an_exact_repeat_is_served_where_the_intent_serves_no_judged_hit() -> None:
+    d = decide([make_candidate(record=REPEAT)], make_sig(), make_policy(direct_hit=False))
+    assert (d.status, d.reason) == (Status.HIT, Reason.EXACT_REPEAT)
