@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from proxy.core.decision.context import same_request
 from proxy.core.decision.decide import DecisionContext, decide_in, verification_rounds
 from proxy.core.decision.validate import extract_key_facts
 from proxy.core.identity import Identity
@@ -192,8 +193,9 @@ class SemanticCache:
     ) -> Found:
         """The records the decision reads: the nearest ones the policy's pools let this caller see,
         and, within the intent's ``repeats_widen_to``, the record of this very conversation asked in
-        another session, whatever pool it was written to. ``repeats_only``: that record alone
-        (a turn that left its topic is judged on nothing else)."""
+        another session, whatever pool it was written to. ``repeats_only``: a turn that left its
+        topic is judged on nothing but that record, or this very turn re-sent in its own session
+        with its courtesy framing edited (``same_request``)."""
         namespace = request.record_namespace  # the caller's, and the parameters that shape the answer
 
         def admit(label: int) -> bool:
@@ -211,6 +213,9 @@ class SemanticCache:
         if not repeats_only:
             own, wider = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
             top = nearest_of_both(own, wider, self.top_k)
+        else:  # the session's own records, of which only this very turn, reframed, may answer
+            top, _ = await self.nearest(sig.vector, who, "session", admit, want)
+            top = top[: self.top_k]
         near = len(top)
         if policy.shares_repeats:
             seen = {label for label, _ in top}
@@ -233,7 +238,10 @@ class SemanticCache:
                 same = r.tenant == who.tenant and r.session == who.session
                 gap = sig.turn_index - r.coarse_tags.turn if same else None
                 question = float(r.qvector_array() @ sig.question_vector)
-                ready.append(Candidate(r, score, question, same_session=same, turn_gap=gap))
+                cand = Candidate(r, score, question, same_session=same, turn_gap=gap)
+                if repeats_only and at < near and not same_request(sig, cand):
+                    continue
+                ready.append(cand)
             elif r.state == "pending" and r.intent == sig.tags.intent:
                 pending.append(min(score, float(r.qvector_array() @ sig.question_vector)))
         return Found(ready, max(pending, default=None))

@@ -1,4 +1,4 @@
-"""The verifier in the lookup path: the real signer, store, index and decision, a fake verifier.
+"""The lookup path: the real signer, store, index and decision, and a fake verifier.
 
 A policy that sets verify_accept gets the verifier wired in at start; its probability, read with
 both requests' context, decides hit vs half-hit; off, busy or absent, nothing is served."""
@@ -211,3 +211,37 @@ async def test_the_previous_turn_below_verify_previous_is_not_served_by_it(
     ) as parts:
         plan = await ask_again(parts)
     assert plan.reason is not Reason.VERIFIED_PREVIOUS and plan.decision.verified is None
+
+
+def chat_of(*turns: str) -> Any:
+    roles = ["user", "assistant"]
+    msgs = [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+    return parse_chat_request(orjson.dumps({"model": "m", "messages": msgs}))
+
+
+async def test_a_turn_that_left_its_topic_is_served_only_its_own_reframed_answer(
+    tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
+) -> None:
+    """A topic switch reads nothing but this very request: asked again in another session, or
+    re-sent in its own with its courtesy framing edited (decision.context.same_request)."""
+    opening = ("Can you recommend a hotel in Lisbon?", "Try the Memmo Alfama.")
+    async with parts_with(tmp_path, sync_embedder, model_home, None, verify_accept=None) as parts:
+        first = chat_of(*opening, "Why do cats purr?")
+        plan = await parts.planner.plan(first, WHO)
+        assert plan.signature is not None and plan.policy is not None
+        await parts.cache.write(
+            request=first, who=WHO, sig=plan.signature, policy=plan.policy, policy_version="v", answer=ANSWER, usage={}
+        )
+
+        async def lookup(text: str, who: Identity = WHO) -> Any:
+            request = chat_of(*opening, text)
+            sig = await parts.signer.sign(request)
+            policy = parts.policy_box.policy.for_intent(plan.signature.tags.intent if plan.signature else "")
+            return (await parts.cache.lookup(sig, request, who, policy, repeats_only=True)).decision
+
+        edited = await lookup("Quick question: why do cats purr?")
+        assert (edited.status, edited.reason) == (Status.HIT, Reason.COURTESY_VARIANT)
+        assert (await lookup("Why do cats meow?")).status is not Status.HIT  # near, but another request
+        elsewhere = Identity(tenant="t", session="s2", user=None, session_explicit=True)
+        assert (await lookup("Quick question: why do cats purr?", elsewhere)).status is not Status.HIT
+        assert (await lookup("Why do cats purr?", elsewhere)).reason is Reason.EXACT_REPEAT
