@@ -21,10 +21,11 @@ Labelled sets:
   MT-Bench en + zh first turns (every category) → other; CamRest676 first user turns
   (restaurant search) → other; CrossWOZ val first user turns (trip planning) → other.
 
-What is measured is the never-cache decision of the intent classifier short of its exemplars
+What is measured is the never-cache decision of the intent classifier
 (``IntentClassifier.never_cached``: the rules, the policy's forcing keywords of never-cached
 intents, the learned reader over each turn's vector, the carry-over), under the shipped policy or
-``--policy``. The reader reads the turns the signer embeds for a request (the current one and the
+``--policy``. It is the classifier's whole decision for realtime and medical: their exemplars pick
+nothing (proxy/signing/intent.py). The reader reads the turns the signer embeds for a request (the current one and the
 three before it), with the policy's embedding pack from ``--model-home``; ``--rules-only`` leaves
 it out (no model runs), which is the rules' own figure. The reader never trained on a row
 measured here (proxy/tools/never_cache/data.py keeps them out).

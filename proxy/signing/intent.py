@@ -8,8 +8,9 @@ purpose keeps its own classification. They read the conversation, not the turn a
 for the rest of the conversation it governs, realtime for the follow-ups that lean on it
 (proxy/core/text/carry_over.py). The forcing keywords of another never-cached intent count as one more
 such rule, read in the user's own words (not in a text handed over to translate); realtime and
-medical keywords decide nothing, forced or as the exemplars' fallback: the rules read those words
-finer ("What is an exchange rate?", 天气 in a text to translate) and have had their say.
+medical keywords and exemplars decide nothing, forced, nearest or as the exemplars' fallback: the
+rules read those words finer ("What is an exchange rate?", 天气 in a text to translate) and have
+had their say.
 
 A learned reader (proxy/signing/never_cache_head.py) reads each turn's own vector for what no
 rule names ("My left eye has been twitching", "三亚这几天风浪大不大"); a turn it reads as never-cache
@@ -65,6 +66,12 @@ class IntentClassifier:
     ) -> None:
         self.policy = policy
         self.reader = reader
+        self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
+        # the exemplars of a never-cached intent the rules name pick nothing either: a question
+        # near "美元兑人民币是多少" is as often "What is an exchange rate?" (bench_never_cache.py
+        # measures the rules and the reader, which read the difference)
+        keep = [i for i, name in enumerate(names) if not (name in RULED and name in self._never_cached)]
+        names, matrix = [names[i] for i in keep], np.asarray(matrix, dtype=np.float32)[keep]
         self._names = list(names)
         # exemplars grouped by intent (first-seen order), so one reduceat gives each intent's best
         self._intents = list(dict.fromkeys(self._names))
@@ -73,7 +80,6 @@ class IntentClassifier:
         self._matrix = np.ascontiguousarray(np.asarray(matrix, dtype=np.float32)[order])
         grouped = [self._names[i] for i in order]
         self._starts = np.array([grouped.index(name) for name in self._intents], dtype=np.intp)
-        self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
         forcing = {n: p.keywords for n, p in policy.intents.items() if p.force and p.keywords}
         self._forcing = KeywordRules({n: k for n, k in forcing.items() if n not in self._never_cached})
         # a never-cached intent's forcing keywords are one more never-cache rule, except for the
@@ -93,8 +99,8 @@ class IntentClassifier:
 
     @classmethod
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
-        names = [n for n, p in policy.intents.items() for _ in p.exemplars]
-        texts = [e for p in policy.intents.values() for e in p.exemplars]
+        read = [(n, e) for n, p in policy.intents.items() for e in p.exemplars if p.cache or n not in RULED]
+        names, texts = [n for n, _ in read], [e for _, e in read]
         matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
         reader = head_for(embedder.backend.name) if policy.classifier.never_cache_reader else None
         return cls(policy, names, matrix, reader=reader)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from proxy.core.openai.request import parse_chat_request
 from proxy.core.policy import load_policy
+from proxy.core.text.normalize import NormalText
 from proxy.embedding.batching import BatchingEmbedder
 from proxy.settings import DEFAULT_POLICY
 from proxy.signing.intent import IntentClassifier
@@ -38,6 +40,22 @@ def test_never_cache_rules_win_over_the_exemplars(text: str, intent: str) -> Non
 def test_ordinary_questions_still_go_to_the_exemplars() -> None:
     classifier, vector = _classifier_that_says_general()
     assert classifier.classify("How do prices work in economics?", vector).intent == "general"
+
+
+def test_the_exemplars_of_a_never_cached_intent_the_rules_name_pick_nothing() -> None:
+    # the nearest exemplar is realtime's, and the rules see nothing asked of now: the exemplars of
+    # the cacheable intents decide ("What is an exchange rate?" sits near "How much is one euro")
+    vector = np.array([1.0, 0.0], dtype=np.float32)
+    near = np.stack([vector, np.array([0.9, 0.436], dtype=np.float32)])
+    shipped = load_policy(DEFAULT_POLICY)
+    classifier = IntentClassifier(shipped, ["realtime", "shopping"], near)
+    assert classifier.classify(NormalText("is a refurbished kindle worth it"), vector).intent == "shopping"
+    # a policy that caches realtime on purpose keeps its exemplars
+    cached = dataclasses.replace(
+        shipped, intents={**shipped.intents, "realtime": dataclasses.replace(shipped.intents["realtime"], cache=True)}
+    )
+    kept = IntentClassifier(cached, ["realtime", "shopping"], near)
+    assert kept.classify(NormalText("zzz"), vector).intent == "realtime"
 
 
 def _unit(*xs: float) -> np.ndarray:
