@@ -283,6 +283,32 @@ _MOMENT_EN: Final = re.compile(
         r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
     )
 )
+# weather as the premise of what to do ("on a rainy Sunday", "下雨天…打发时间"): the answer is for
+# the weather named, whatever it is outside; a moment named ("today") asks the weather too
+_WEATHER_PREMISE_EN: Final = re.compile(
+    whole_words(r"(?:on|for) an? (?:rainy|snowy|wet|cold|hot|sunny|windy|stormy|gloomy|cloudy|grey|gray)")
+    + r" (?:[a-z]+ )?"
+    + whole_words(r"days?|mornings?|afternoons?|evenings?|nights?|weekends?|sundays?|saturdays?")
+    + "|"
+    + whole_words(r"rainy[- ]day|snow days?")
+)
+_WHAT_TO_DO_EN: Final = re.compile(
+    whole_words(
+        r"what (?:should|can|could|to|do) (?:i|we|you|the kids)? ?do|things to do|activit(?:y|ies)|ideas?|"
+        r"bored|boring|suggest(?:ions?)?|recommend(?:ations?)?|games?|fun"
+    )
+)
+_WEATHER_PREMISE_ZH: Final = re.compile(
+    r"(?:下雨|下雪|阴雨|雨|雪|大热|冷|阴)天(?:里|的时候)?.{0,12}?(?:做什么|干什么|干嘛|做些什么|玩什么|去哪|打发时间|无聊|适合|建议|推荐|活动)"
+)
+_DEIXIS_EN: Final = re.compile(
+    whole_words(r"today|tonight|tomorrow|now|right now|currently|this (?:morning|afternoon|evening|week|weekend)|later")
+)
+# "yet" asks after a state only in a question ("Has it arrived yet?"); in an instruction to the
+# model ("don't tell me the answer yet") it is when to do it
+_STATE_QUESTION_EN: Final = re.compile(
+    r"\?|^(?:(?:so|and|but|ok(?:ay)?),? )?(?:has|have|had|is|are|was|were|did|does|do|am|can|will|would)\b"
+)
 _EXPLAINS_ZH: Final = re.compile(r"怎么形成|如何形成|是怎么|为什么|原理|是什么|什么是|的成因")
 _MOMENT_ZH: Final = re.compile(
     r"今天|明天|后天|现在|今晚|明早|这周|本周|下周|周末|几点|一会|马上|最近|目前|星期|周[一二三四五六日天]"
@@ -297,11 +323,15 @@ def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
     if name in ("en_weather", "zh_weather") and _WRITING.search(asked):
         return True  # the weather of a story, a poem, a song: what to write about, not a forecast
     if name == "en_present":
-        return not pattern.search(_DISCOURSE_NOW.sub("", asked))
+        present = {m.group(0) for m in pattern.finditer(_DISCOURSE_NOW.sub("", asked))}
+        return not present or (present == {"yet"} and not _STATE_QUESTION_EN.search(asked))
     if name == "en_weather":
+        if _WEATHER_PREMISE_EN.search(asked) and _WHAT_TO_DO_EN.search(asked):
+            return not _DEIXIS_EN.search(asked)
         return bool(_CLIMATE_EN.search(asked)) and not _MOMENT_EN.search(asked)
     if name == "zh_weather":
-        return bool(_EXPLAINS_ZH.search(asked)) and not _MOMENT_ZH.search(asked)
+        explains = _EXPLAINS_ZH.search(asked) or _WEATHER_PREMISE_ZH.search(asked)
+        return bool(explains) and not _MOMENT_ZH.search(asked)
     return False
 
 

@@ -51,6 +51,9 @@ NEVER_CACHED = [
     # a date counted from today, the present of a state, transit status, a market price
     ("Did the Lakers win last night?", REALTIME),
     ("Has the verdict come out yet?", REALTIME),
+    ("is the new iPhone out yet", REALTIME),
+    ("It's raining today, what should we do in Paris?", REALTIME),  # a moment: the weather is asked too
+    ("今天下雨天适合去哪玩", REALTIME),
     ("What do used bikes sell for these days?", REALTIME),
     ("Are the trains to Leeds running on time?", REALTIME),
     ("Is the Bay Bridge closed because of the accident?", REALTIME),
@@ -96,6 +99,13 @@ CACHEABLE = [
     "Write a limerick about a dog who hates the snow",  # the weather of a poem
     "Act as a doctor and propose new treatments for chronic diseases, weighing each patient's age.",
     "把自己想象成一名医生，为各种疾病提出创新的治疗方法。",  # a role set up, not the asker's body
+    # weather as the premise of what to do, not a question of what it is
+    "what should i do at home on a rainy Sunday? so bored",
+    "Any ideas for a snowy afternoon with two kids?",
+    "下雨天可以做些什么打发时间",
+    "下雨天无聊死了，给点建议",
+    # "yet" in an instruction to the model, not a state asked after
+    "ask me a hard riddle and don't tell me the answer yet",
     "",
 ]
 
