@@ -309,6 +309,17 @@ _DEIXIS_EN: Final = re.compile(
 _STATE_QUESTION_EN: Final = re.compile(
     r"\?|^(?:(?:so|and|but|ok(?:ay)?),? )?(?:has|have|had|is|are|was|were|did|does|do|am|can|will|would)\b"
 )
+# a day that says when the asker goes out, in a request for a place to eat or stay ("今晚到外面吃，
+# 推荐个餐馆", "今天朋友过来，找个酒店"): what is recommended stands whatever the day, unless
+# the turn asks what holds that day (open, rooms left, a show, the weather)
+_PLAN_ZH: Final = re.compile(
+    r"(?:今晚|今天|今日|今早)[^,.?!。？]{0,6}?(?:到|去|来|过来|出去|外出|出门|吃|住|出发|玩|聚)"
+)
+_PLACE_ASKED_ZH: Final = re.compile(
+    r"(?:推荐|找一?[个家间]|有没有)[^.?。？]{0,30}?(?:餐馆|餐厅|饭店|酒店|宾馆|景点|民宿)"
+    r"|(?:餐馆|餐厅|饭店|酒店|宾馆|景点|民宿)[^.?。？]{0,20}?(?:推荐|找一?[个家间])"
+)
+_LIVE_ZH: Final = re.compile(r"开门|营业|关门|开放|还有|有房|空房|有票|人多|排队|堵|天气|下雨|演出|比赛|活动")
 _EXPLAINS_ZH: Final = re.compile(r"怎么形成|如何形成|是怎么|为什么|原理|是什么|什么是|的成因")
 _MOMENT_ZH: Final = re.compile(
     r"今天|明天|后天|现在|今晚|明早|这周|本周|下周|周末|几点|一会|马上|最近|目前|星期|周[一二三四五六日天]"
@@ -322,6 +333,8 @@ def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
         return True
     if name in ("en_weather", "zh_weather") and _WRITING.search(asked):
         return True  # the weather of a story, a poem, a song: what to write about, not a forecast
+    if name == "zh_present" and _PLAN_ZH.search(asked) and _PLACE_ASKED_ZH.search(asked):
+        return not _LIVE_ZH.search(asked)
     if name == "en_present":
         present = {m.group(0) for m in pattern.finditer(_DISCOURSE_NOW.sub("", asked))}
         return not present or (present == {"yet"} and not _STATE_QUESTION_EN.search(asked))

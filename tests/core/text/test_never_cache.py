@@ -54,6 +54,8 @@ NEVER_CACHED = [
     ("is the new iPhone out yet", REALTIME),
     ("It's raining today, what should we do in Paris?", REALTIME),  # a moment: the weather is asked too
     ("今天下雨天适合去哪玩", REALTIME),
+    ("今晚去外面吃，推荐一家现在还营业的餐馆", REALTIME),  # what holds that day is asked
+    ("今天到北京，有没有还有空房的酒店", REALTIME),
     ("What do used bikes sell for these days?", REALTIME),
     ("Are the trains to Leeds running on time?", REALTIME),
     ("Is the Bay Bridge closed because of the accident?", REALTIME),
@@ -106,6 +108,9 @@ CACHEABLE = [
     "下雨天无聊死了，给点建议",
     # "yet" in an instruction to the model, not a state asked after
     "ask me a hard riddle and don't tell me the answer yet",
+    # the day the asker goes out, in a request for a place to eat or stay
+    "你好，我与朋友定好今晚到外面吃，有没有人均消费在100-150元之间，评分在4分以上的餐馆推荐一下呢？",
+    "今天外地的朋友过来，有没有评分4.5分以上的经济型酒店给我找一个？",
     "",
 ]
 
