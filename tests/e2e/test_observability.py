@@ -124,7 +124,9 @@ async def run_session(proxy: Proxy) -> list[Turn]:
         history = [{"role": "user", "content": FIRST_QUESTION}, {"role": "assistant", "content": first.content}]
         turns += [await ask(s1, "that's wrong", history)]
         turns += [await ask(s1, "Write a python function to reverse a string")]
-        turns += [await ask(s1, "write a python function to reverse a string")]
+        # a case change inside the turn is not framing (code names are case-sensitive): judged by
+        # meaning, where the code intent serves nothing
+        turns += [await ask(s1, "Write a Python function to reverse a string")]
         turns += [await ask(s1, "What is the weather in Paris today?")]
         turns += [await ask(s1, "Tell me a joke", n=2)]
         turns += [await ask(s2, "Give me three tips for sleeping better.")]
