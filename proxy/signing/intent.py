@@ -8,9 +8,9 @@ purpose keeps its own classification. They read the conversation, not the turn a
 for the rest of the conversation it governs, realtime for the follow-ups that lean on it
 (proxy/core/text/carry_over.py). The forcing keywords of another never-cached intent count as one more
 such rule, read in the user's own words (not in a text handed over to translate); realtime and
-medical keywords and exemplars decide nothing, forced, nearest or as the exemplars' fallback: the
-rules read those words finer ("What is an exchange rate?", 天气 in a text to translate) and have
-had their say.
+medical keywords and exemplars decide nothing (forced, as the exemplars' fallback, or nearest: then
+the exemplars count as unsure): the rules read those words finer ("What is an exchange rate?", 天气
+in a text to translate) and have had their say.
 
 A learned reader (proxy/signing/never_cache_head.py) reads each turn's own vector for what no
 rule names ("My left eye has been twitching", "三亚这几天风浪大不大"); a turn it reads as never-cache
@@ -69,9 +69,9 @@ class IntentClassifier:
         self._never_cached = frozenset(n for n, p in policy.intents.items() if not p.cache)
         # the exemplars of a never-cached intent the rules name pick nothing either: a question
         # near "美元兑人民币是多少" is as often "What is an exchange rate?" (bench_never_cache.py
-        # measures the rules and the reader, which read the difference)
-        keep = [i for i, name in enumerate(names) if not (name in RULED and name in self._never_cached)]
-        names, matrix = [names[i] for i in keep], np.asarray(matrix, dtype=np.float32)[keep]
+        # measures the rules and the reader, which read the difference). Nearest, they leave the
+        # exemplars unsure; they still stand between the other intents, as the margin reads them
+        self._ruled_off = RULED & self._never_cached
         self._names = list(names)
         # exemplars grouped by intent (first-seen order), so one reduceat gives each intent's best
         self._intents = list(dict.fromkeys(self._names))
@@ -99,8 +99,8 @@ class IntentClassifier:
 
     @classmethod
     async def build(cls, policy: Policy, embedder: BatchingEmbedder) -> IntentClassifier:
-        read = [(n, e) for n, p in policy.intents.items() for e in p.exemplars if p.cache or n not in RULED]
-        names, texts = [n for n, _ in read], [e for _, e in read]
+        names = [n for n, p in policy.intents.items() for _ in p.exemplars]
+        texts = [e for p in policy.intents.values() for e in p.exemplars]
         matrix = await embedder.embed(texts, bounded=False) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
         reader = head_for(embedder.backend.name) if policy.classifier.never_cache_reader else None
         return cls(policy, names, matrix, reader=reader)
@@ -123,7 +123,12 @@ class IntentClassifier:
         best, best_sim, second = self._nearest(vector)
         if len(text.strip()) <= settings.followup_max_chars and running and running != GENERAL:
             return IntentGuess(running, best_sim)
-        if best is None or best_sim < settings.min_similarity or best_sim - second < settings.margin:
+        if (
+            best is None
+            or best in self._ruled_off
+            or best_sim < settings.min_similarity
+            or best_sim - second < settings.margin
+        ):
             by_keyword = self._keywords.intent(text)
             if by_keyword:
                 return IntentGuess(by_keyword, best_sim)
