@@ -336,6 +336,8 @@ class Reason(StrEnum):
     REORDERED_WORDS = "reordered_words"
     CONTEXT_DIFFERS = "context_differs"
     OTHER_HISTORY = "other_history"  # another conversation's answer, after other user turns
+    ASKED_AGAIN = "asked_again"  # the session's previous turn in its own words: another answer is wanted
+    OTHER_NAMES = "other_names"  # a capitalised name one turn has and the other does not
     CANDIDATE_ZONE = "candidate_zone"
     NO_DIRECT_HIT = "no_direct_hit"
     VERIFIER_UNAVAILABLE = "verifier_unavailable"

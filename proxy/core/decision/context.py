@@ -17,7 +17,7 @@ from proxy.core.model import QUESTION_CHARS, REPLY_HEAD_CHARS, Candidate, Decisi
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import entities_conflict
-from proxy.core.text.lexical import context_dependent, reordered, text_similarity
+from proxy.core.text.lexical import context_dependent, names_differ, reordered, text_similarity, works_on_the_reply
 from proxy.core.text.normalize import fold_space
 
 T = TypeVar("T")
@@ -102,6 +102,21 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
         # another conversation's answer to the same words after other turns: the vectors of the
         # whole conversations are close, but what was said before may have shaped that answer
         return Reason.OTHER_HISTORY
+    asked, theirs = sig.question_raw, tags.question_raw
+    if (
+        cand.same_session
+        and cand.turn_gap == 1
+        and asked
+        and works_on_the_reply(asked)
+        and bare_question(asked) == bare_question(theirs)
+    ):
+        # a turn working on the last reply, asked again in its own words right after its answer
+        # ("Can you give me an example?" twice): the user saw that answer and asks for another
+        return Reason.ASKED_AGAIN
+    if not restated and asked and theirs and names_differ(asked, theirs):
+        # a name the gazetteer does not know ("to Prague" / "to Marrakech") moves a vector little;
+        # a restatement spells out the names its elliptical turn left to the context
+        return Reason.OTHER_NAMES
     question = tags.question
     if (
         question

@@ -227,6 +227,23 @@ CASES = [
         check=lambda d: d.verified is None,
     ),
     Case(
+        Reason.ASKED_AGAIN,
+        Status.HALF_HIT,
+        # the previous turn in its own words right after its answer: the user wants another
+        [make_candidate(0.99, make_record("Can you give me an example?"), same_session=True, turn_gap=1)],
+        sig=make_sig("can you give me an example", question_raw="Can you give me an example?", history_key="h|example"),
+    ),
+    Case(
+        Reason.OTHER_NAMES,
+        Status.HALF_HIT,
+        # names no gazetteer holds: the vectors of the two trips are near
+        [make_candidate(0.97, make_record("Is it better to take the train or fly from Mexico City to Marrakech?"))],
+        sig=make_sig(
+            "what's the smarter way to get from mexico city to prague, flying or the train",
+            question_raw="What's the smarter way to get from Mexico City to Prague, flying or the train?",
+        ),
+    ),
+    Case(
         Reason.COURTESY_VARIANT,
         Status.HIT,
         # below the floor, named another intent, under an intent that serves no judged hit: none

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.text.lexical import (
+    names_differ,
     names_in,
     numbers_reordered,
     reordered,
@@ -15,6 +16,7 @@ from proxy.core.text.lexical import (
     statements,
     tokens,
     transposed,
+    works_on_the_reply,
 )
 from proxy.core.text.normalize import normalize_text
 
@@ -241,3 +243,33 @@ def test_a_short_answer_to_a_question_for_a_slot_is_restated_with_the_slot() -> 
     assert not restates("I don't care.", "I don't care about what kind of Thai food.", context)
     offered = ["I need a restaurant in the south part of town", statements("How about Thai food?")]
     assert not restates("I don't care.", "I don't care about Thai food.", offered)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "differ"),
+    [
+        ("From Mexico City to Prague by train?", "From Mexico City to Marrakech by train?", True),
+        ("Best time to visit Japan or Korea?", "Best time to visit Japan or Thailand?", True),
+        ("How do I get a US visa?", "How do I get an American visa?", False),  # no place it goes to
+        ("how safe is mexico city for a woman on her own?", "How safe is Mexico City for a woman on her own?", False),
+        ("What is a good gift for a coworker?", "What's a good gift for a coworker?", False),  # no names
+        ("I need a hotel.", "I'd like a hotel.", False),  # I is no name
+    ],
+)
+def test_names_differ_where_a_name_is_not_on_both_sides(a: str, b: str, differ: bool) -> None:
+    assert names_differ(a, b) is differ
+
+
+@pytest.mark.parametrize(
+    ("text", "on_reply"),
+    [
+        ("Can you give me an example?", True),
+        ("simpler please", True),
+        ("总结成一句话", True),
+        ("能多讲一些吗", True),
+        ("What is the capital of France?", False),
+        ("这个景点的门票是多少", False),
+    ],
+)
+def test_a_turn_that_works_on_the_last_reply_is_told_from_a_question_of_its_own(text: str, on_reply: bool) -> None:
+    assert works_on_the_reply(text) is on_reply
