@@ -82,6 +82,9 @@ class Signature:
     question_raw: str = ""
     previous_question: str = ""
     previous_reply_head: str = ""
+    # the turn as written without its courtesy framing (core.text.courtesy.bare_question), read
+    # once for every candidate a decision holds it against
+    question_bare: str = ""
     # the user turns before this one, case, spacing and punctuation aside (signing.conversation
     # .history_key): another conversation's answer is only this one's if they said the same so far
     history_key: str = ""

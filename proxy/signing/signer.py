@@ -18,6 +18,7 @@ from proxy.core.conversation import Conversation, Cuts, Normalizer, Turn
 from proxy.core.lru import LruDict
 from proxy.core.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD_CHARS, CoarseTags, Signature
 from proxy.core.openai.request import ChatRequest
+from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import Entities, extract_entities, merge_entities
 from proxy.core.text.lexical import all_known, names_in, spelled_out, statements
 from proxy.core.text.normalize import Cutter, NormalText, default_segmenter, fold_space
@@ -186,6 +187,7 @@ class ContextSigner:
             turn_index=sum(1 for m in request.messages if m.role == "user"),
             restated_answer=restated,
             question_raw=asked,
+            question_bare=bare_question(asked),
             previous_question=asked_before,
             previous_reply_head=reply_head,
             history_key=conv.history_key,

@@ -62,12 +62,11 @@ def same_request(sig: Signature, cand: Candidate) -> bool:
         return False
     tags = record.coarse_tags
     mine, theirs = sig.question_raw, tags.question_raw
-    if not mine or not theirs or max(len(mine), len(theirs)) >= QUESTION_CHARS:
+    if not sig.question_bare or not theirs or max(len(mine), len(theirs)) >= QUESTION_CHARS:
         return False
     if tags.history != sig.history_key or tags.previous_reply != sig.previous_reply:
         return False
-    bare = bare_question(mine)
-    return bool(bare) and bare == bare_question(theirs)
+    return sig.question_bare == bare_question(theirs)
 
 
 def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtered]:
@@ -108,7 +107,7 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
         and cand.turn_gap == 1
         and asked
         and works_on_the_reply(asked)
-        and bare_question(asked) == bare_question(theirs)
+        and sig.question_bare == bare_question(theirs)
     ):
         # a turn working on the last reply, asked again in its own words right after its answer
         # ("Can you give me an example?" twice): the user saw that answer and asks for another
@@ -263,8 +262,7 @@ class DecisionContext:
         the answer itself still run."""
         if self.restated is not None or not self.survivors:
             return False
-        same = self._once("same", lambda: {f.candidate.record.cache_id for f in self.ranked if f.same})
-        return self.survivors[0].record.cache_id in same
+        return self._once("survivor_same", lambda: next(f.same for f in self.ranked if f.reason is None))
 
     @property
     def courtesy_variant(self) -> bool:

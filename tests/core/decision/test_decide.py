@@ -27,6 +27,7 @@ from proxy.core.decision.decide import (
 )
 from proxy.core.model import Candidate, Decision, KeyFacts, Reason, Record, RecordTags, Signature, Status
 from proxy.core.policy import IntentPolicy
+from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import Entities, extract_entities
 from proxy.core.text.normalize import NormalText, normalize_text
 from tests import factories
@@ -86,6 +87,7 @@ def make_sig(
     # no turn as written unless a row gives one: the rows' records stand for other requests in the
     # same words, which the courtesy comparison (context.same_request) would take for this one
     fields = {"current_text": text, "view_text": text, "question_raw": "", "turn_index": 3, **changes}
+    fields.setdefault("question_bare", bare_question(fields["question_raw"]))  # as the signer reads it
     return factories.make_signature(intent=intent, entities=entities, **fields)
 
 
