@@ -192,7 +192,9 @@ def _replay_settings(args: argparse.Namespace) -> Settings:
     return load_settings(overrides={n: getattr(args, n, None) for n in names})
 
 
-def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None) -> list[Any]:
+def _replay_rows(
+    args: argparse.Namespace, *, shadow: bool, settings: Settings | None = None, verify_all: bool = False
+) -> list[Any]:
     from rich.progress import Progress
 
     from proxy.tools.replay import run_replay
@@ -201,7 +203,11 @@ def _replay_rows(args: argparse.Namespace, *, shadow: bool, settings: Settings |
     settings = settings or _replay_settings(args)
     with Progress(transient=True) as bar:
         task = bar.add_task("replay" if not shadow else "shadow replay", total=len(convs))
-        return asyncio.run(run_replay(convs, settings=settings, shadow=shadow, progress=lambda n: bar.advance(task, n)))
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+
+        return asyncio.run(run_replay(convs, settings=settings, shadow=shadow, progress=advance, verify_all=verify_all))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -223,21 +229,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from proxy.core.policy import load_policy
-    from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_kept, describe_verified
+    from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_kept, describe_verified, verifier_curve
     from proxy.tools.calibrated_policy import write_policy
     from proxy.tools.held_out import held_out
-    from proxy.tools.report import print_calibration, print_held_out
+    from proxy.tools.report import print_calibration, print_held_out, print_verifier_curve
 
     configure_logging("warning")
     settings = _replay_settings(args)
     template = load_policy(settings.policy_file)
-    rows = _replay_rows(args, shadow=True, settings=settings)
+    rows = _replay_rows(args, shadow=True, settings=settings, verify_all=args.verify_all)
     results = calibrate(rows, template=template, target=args.target_false_hit)
     verify_target = args.target_false_hit if args.verify_target is None else args.verify_target
     verified = calibrate_verifier(rows, target=verify_target)
     previous = calibrate_verifier(rows, target=verify_target, setting="verify_previous")
     print_calibration(results, table_console())
     print(*describe_verified(verified), *describe_verified(previous), sep="\n")
+    for setting in ("verify_accept", "verify_previous"):
+        print_verifier_curve(verifier_curve(rows, setting=setting), table_console())
     print_held_out(held_out(rows, template=template, target=args.target_false_hit), table_console())
     if (kept := describe_kept(results)) is not None:
         print(kept, file=sys.stderr)
@@ -320,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify-target",
         type=float,
         help="false-hit target of the verifier's levels, among the hits it admits (default: --target-false-hit)",
+    )
+    cal.add_argument(
+        "--verify-all",
+        action="store_true",
+        help="have the pair verifier read every cacheable intent's candidates and previous turns, not only "
+        "those of the intents the template verifies: its curve shows where it could serve",
     )
     cal.add_argument("--policy", type=Path, help="template policy (default: the one shipped for the pack)")
     cal.add_argument("--embedding-model", dest="embedding_model", help="pack to calibrate for (default: settings)")

@@ -7,7 +7,7 @@ together; one the data cannot show safe gets nothing fitted, and the note says s
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -261,3 +261,37 @@ def describe_verified(verified: Mapping[str, VerifyCalibration]) -> list[str]:
     """One line per verified intent, for the calibrate command."""
     return [f"{v.setting} {v.intent}: {v.level} ({v.samples} verified, {v.hits} hits, {v.false_hits} false, "
             f"FHR upper bound {v.fhr_upper:.4f}; {v.note})" for v in verified.values()]  # fmt: skip
+
+
+# The levels the verifier's top end is read at (``verifier_curve``): where a policy would set
+# verify_accept or verify_previous, and above, up to what the calibrated scale reaches.
+CURVE_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierLevel:
+    setting: str  # verify_accept (best candidates) or verify_previous (the session's previous turn)
+    level: float
+    served: int  # verdicts at or above the level, every intent together
+    false_hits: int
+    fhr_upper: float  # one-sided 95 % upper bound of the false-hit rate at the level
+    false_by_category: tuple[tuple[str, int], ...]  # the traces' categories of the false ones, most first
+
+
+def verifier_curve(
+    rows: Sequence[Row], *, setting: str = "verify_accept", levels: Sequence[float] = CURVE_LEVELS
+) -> list[VerifierLevel]:
+    """What the verifier would serve at each level, every intent together: how clean its top end
+    is on these traces, and where its false verdicts come from (a pair set with noisy labels, or
+    a conversation). ``calibrate_verifier`` picks one level per intent; this shows why it could
+    or could not. Exact repeats and word restatements are not verified, so they take no part."""
+    verdict_of = _asked_again if setting == "verify_previous" else _verified
+    judged = [r for r in rows if verdict_of(r)]
+    out = []
+    for level in levels:
+        served = [r for r in judged if _probability(r) >= level]
+        false = Counter(r.category for r in served if is_false(r))
+        n_false = sum(false.values())
+        out.append(VerifierLevel(setting, level, len(served), n_false, round(upper_bound(n_false, len(served)), 5),
+                                 tuple(false.most_common())))  # fmt: skip
+    return out if judged else []

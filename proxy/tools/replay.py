@@ -57,14 +57,16 @@ class Row:
         return self.hit and (self.expect_no_hit or not self.candidate_key_ok)
 
 
-def shadow_policy(policy: Policy) -> Policy:
+def shadow_policy(policy: Policy, *, verify_all: bool = False) -> Policy:
     """Every cacheable intent accepts from 0: the nets still run, the threshold is what we sweep. An
     intent that verifies has every candidate verified, so its verify_accept can be swept too; one
     that verifies the previous turn has it judged first, whatever its probability, so its
-    verify_previous can be swept (those rows carry reason verified_previous)."""
+    verify_previous can be swept (those rows carry reason verified_previous). ``verify_all``: every
+    cacheable intent is read so, whether the policy verifies it or not, to see where the verifier
+    could serve."""
 
     def opened(level: float | None) -> float | None:
-        return None if level is None else 0.0
+        return None if level is None and not verify_all else 0.0
 
     intents = {
         n: dataclasses.replace(p, accept=0.0, candidate=0.0, direct_hit=True, verify_accept=opened(p.verify_accept),
@@ -148,9 +150,11 @@ async def run_replay(
     backend: SyncEmbedder | None = None,
     progress: Callable[[int], None] | None = None,
     verifier: Verifier | None = None,
+    verify_all: bool = False,
 ) -> list[Row]:
     """A fresh cache in a temporary directory, so a replay never touches a live one. ``verifier``
-    stands in for the shipped pair verifier (used where the policy sets verify_accept)."""
+    stands in for the shipped pair verifier (used where the policy sets verify_accept);
+    ``verify_all``: in shadow, every cacheable intent is verified (``shadow_policy``)."""
     with tempfile.TemporaryDirectory(prefix="smartcache-replay-") as tmp:
         base = settings or load_settings()
         # offline, an answer is worth waiting for: a timed-out embedding or verdict would turn a
@@ -167,7 +171,7 @@ async def run_replay(
         if shadow:
             # Shadow rows feed calibration, which replaces the thresholds: a template calibrated
             # under another model is how a new model gets its first policy.
-            policy = shadow_policy(policy)
+            policy = shadow_policy(policy, verify_all=verify_all)
         else:
             check_embedding_model(policy, s.embedding_model)
         async with open_parts(

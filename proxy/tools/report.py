@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from proxy.tools.calibrate import Calibration, calibrate
+from proxy.tools.calibrate import Calibration, VerifierLevel, calibrate
 from proxy.tools.held_out import HeldOut
 from proxy.tools.replay import Row, summarize
 
@@ -64,6 +64,19 @@ def print_calibration(results: Mapping[str, Calibration], console: Console | Non
     (console or Console()).print(table)
     for c in results.values():
         (console or Console()).print(f"  {c.intent}: {c.note}")
+
+
+def print_verifier_curve(curve: Sequence[VerifierLevel], console: Console | None = None) -> None:
+    """The verifier's top end on the traces, one row a level (``calibrate.verifier_curve``)."""
+    if not curve:
+        return
+    table = Table(title=f"{curve[0].setting}: what each level would serve, every intent together")
+    for col in ("level", "served", "false", "FHR upper 95%", "false by category"):
+        table.add_column(col, justify="right")
+    for v in curve:
+        where = ", ".join(f"{name} {n}" for name, n in v.false_by_category) or "-"
+        table.add_row(f"{v.level:g}", str(v.served), str(v.false_hits), f"{v.fhr_upper:.4f}", where)
+    (console or Console()).print(table)
 
 
 def print_held_out(result: HeldOut, console: Console | None = None) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.policy import load_policy
 from proxy.settings import DEFAULT_POLICY
-from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_verified
+from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_verified, verifier_curve
 from proxy.tools.calibrated_policy import write_policy
 from proxy.tools.replay import shadow_policy
 from tests.tools.verdict_rows import asked_again, row, travel_rows
@@ -51,6 +51,43 @@ def test_only_verified_rows_that_passed_the_nets_count() -> None:
     assert describe_verified({}) == []
 
 
+def test_the_curve_shows_what_each_level_serves_and_where_its_false_verdicts_come_from() -> None:
+    rows = [row("travel", 0.96 + i / 1000, True, category="kvret") for i in range(30)]
+    rows += [row("general", 0.985, False, category="pawsx"), row("general", 0.97, False, category="pawsx"),
+             row("general", 0.92, False, category="mtbench"), row("general", 0.99, True, nets=False)]  # fmt: skip
+    curve = {v.level: v for v in verifier_curve(rows, levels=(0.9, 0.97, 0.98, 0.99))}
+    assert (curve[0.9].served, curve[0.9].false_hits) == (33, 3)
+    assert curve[0.9].false_by_category == (("pawsx", 2), ("mtbench", 1))
+    assert (curve[0.97].served, curve[0.97].false_hits) == (22, 2)  # 0.97, 0.971, ..., 0.989 and two false
+    assert (curve[0.98].served, curve[0.98].false_by_category) == (11, (("pawsx", 1),))
+    assert (curve[0.99].served, curve[0.99].false_hits, curve[0.99].fhr_upper) == (0, 0, 1.0)  # the nets dropped 0.99
+    assert curve[0.97].fhr_upper > 2 / 22  # an upper bound, above the observed rate
+
+
+def test_the_calibrate_command_prints_the_curve_as_a_table_a_level_a_row() -> None:
+    from rich.console import Console
+
+    from proxy.tools.report import print_verifier_curve
+
+    rows = [row("travel", 0.99, True, category="kvret"), row("travel", 0.985, False, category="pawsx")]
+    console = Console(record=True, width=120)
+    print_verifier_curve(verifier_curve(rows, levels=(0.98, 0.99)), console)
+    text = console.export_text()
+    assert "verify_accept: what each level would serve" in text
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if line.startswith("│")]
+    assert cells == [["0.98", "2", "1", "0.8791", "pawsx 1"], ["0.99", "1", "0", "0.9500", "-"]]
+    print_verifier_curve([], console)  # nothing verified: nothing printed
+    assert console.export_text() == ""
+
+
+def test_the_curve_reads_only_the_verdicts_of_its_setting() -> None:
+    accepted = [row("travel", 0.99, True)] * 3
+    assert [v.served for v in verifier_curve(accepted, levels=(0.5,))] == [3]
+    assert verifier_curve(accepted, setting="verify_previous") == []
+    previous = verifier_curve(asked_again(accepted), setting="verify_previous", levels=(0.5, 0.995))
+    assert [(v.setting, v.served) for v in previous] == [("verify_previous", 3), ("verify_previous", 0)]
+
+
 @pytest.mark.parametrize("setting", ["verify_accept", "verify_previous"])
 def test_shadow_replay_judges_at_every_probability_the_verdicts_an_intent_asks_for(setting: str) -> None:
     """verify_accept: every candidate of the intents that verify; verify_previous: the session's
@@ -60,6 +97,16 @@ def test_shadow_replay_judges_at_every_probability_the_verdicts_an_intent_asks_f
     shadow = shadow_policy(dataclasses.replace(policy, intents={**policy.intents, "travel": travel}))
     assert getattr(shadow.intents["travel"], setting) == 0.0
     assert getattr(shadow.intents["chitchat"], setting) is None
+
+
+def test_verify_all_has_every_cacheable_intent_read_by_the_verifier_in_shadow() -> None:
+    policy = load_policy(DEFAULT_POLICY)
+    shadow = shadow_policy(policy, verify_all=True)
+    cacheable = [n for n, p in policy.intents.items() if p.cache]
+    assert cacheable and all(shadow.intents[n].verify_accept == 0.0 == shadow.intents[n].verify_previous
+                             for n in cacheable)  # fmt: skip
+    assert shadow.intents["medical"].verify_accept is None  # never cached: nothing to read
+    assert shadow_policy(policy).intents["chitchat"].verify_accept is None  # as the template has it
 
 
 def test_verify_previous_is_fitted_on_the_previous_turn_verdicts_alone(tmp_path: Path) -> None:

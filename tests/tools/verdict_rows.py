@@ -9,8 +9,8 @@ from proxy.tools.replay import Row
 
 
 def row(intent: str, p: float | None, ok: bool, *, score: float = 0.9, conversation: str = "c",
-        nets: bool = True) -> Row:  # fmt: skip
-    return Row(conversation, "cat", 0, intent, "shadow_hit", "verified", score, ok, nets, False, ok, ok, 0, p)
+        nets: bool = True, category: str = "cat") -> Row:  # fmt: skip
+    return Row(conversation, category, 0, intent, "shadow_hit", "verified", score, ok, nets, False, ok, ok, 0, p)
 
 
 def travel_rows() -> list[Row]:
