@@ -8,6 +8,8 @@ calibrated with. Per set and model: AUC and recall at precision 99 % / 99.9 %. T
 (LightGBM over ``proxy.tools.verifier.features``) is fitted here on a sample of the train split.
 Then the verifier's latency: p50 ms per pair at batch 1 and at batch 16. ``--quick`` subsamples
 every set to finish in a few minutes on 2 cores. Needs the ``train`` extra only for the GBDT.
+``--top N`` lists the pairs labelled different among the shipped verifier's N highest-scored
+of each set: what sets its recall at high precision, to be read (a model error, or a wrong label).
 """
 
 from __future__ import annotations
@@ -102,6 +104,17 @@ def _verifier_scores(verifier: Any, pairs: Sequence[LabeledPair], chunk: int = 6
     return np.array([p for start in range(0, len(sides), chunk) for p in verifier.score(sides[start : start + chunk])])
 
 
+def _top_negatives(rows: Sequence[LabeledPair], scores: np.ndarray, n: int) -> dict[str, Any]:
+    """The pairs labelled different among the ``n`` highest-scored, printed for reading: a model
+    error, or a label that is wrong."""
+    top = [int(i) for i in np.argsort(-scores, kind="stable")[:n]]
+    negatives = [(rank, i) for rank, i in enumerate(top) if rows[i].label == 0]
+    print(f"  {len(negatives)} labelled different among the top {len(top)}:")
+    for rank, i in negatives:
+        print(f"    #{rank + 1} p={scores[i]:.3f}  {side_text(rows[i].a)}  ||  {side_text(rows[i].b)}")
+    return {"n": len(top), "labelled_different": len(negatives), "ranks": [rank + 1 for rank, _ in negatives]}
+
+
 def _latency(verifier: Any, pairs: Sequence[LabeledPair], repeats: int) -> dict[str, float]:
     sides = [(p.a, p.b) for p in pairs]
     verifier.score(sides[:16])
@@ -148,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-pairs", type=int, default=4000, help="test pairs per set (seeded sample)")
     p.add_argument("--gbdt-train", type=int, default=2000, help="train pairs per set for the GBDT baseline")
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list, per set, the pairs labelled different among the shipped verifier's N highest-scored "
+        "(how clean its top end is, and whether those labels are right)",
+    )
     p.add_argument(
         "--compare",
         type=Path,
@@ -203,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             results["sets"][name]["models"][label] = m
             row = f"{m['auc']:6.3f} {m['r@p99']:6.3f} {m['r@p99.9']:7.3f}"
             print(f"{name:8s} {len(rows):5d} {int(y.sum()):5d}  {label:34s} {row}")
+            if args.top and label == next(iter(verifiers)):
+                results["sets"][name]["top"] = _top_negatives(rows, s, args.top)
     results["latency"] = {}
     shapes = {
         "question pairs (LCQMC)": tests["lcqmc"],
