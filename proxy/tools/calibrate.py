@@ -219,6 +219,13 @@ def _asked_again(r: Row) -> bool:
     return r.nets_ok and r.verified is not None and r.reason == Reason.VERIFIED_PREVIOUS
 
 
+def _verdicts(rows: Sequence[Row], setting: str) -> list[Row]:
+    """The verdicts a setting is fitted on: the previous turn's (``verify_previous``) or the best
+    candidates' (``verify_accept``)."""
+    verdict_of = _asked_again if setting == "verify_previous" else _verified
+    return [r for r in rows if verdict_of(r)]
+
+
 def calibrate_verifier(
     rows: Sequence[Row],
     *,
@@ -234,8 +241,7 @@ def calibrate_verifier(
     false candidate. An intent the data cannot show safe gets no level (``fitted`` False): it is
     not written, so that intent does not serve by the verifier. ``setting`` says which verdicts:
     the best candidate's (``verify_accept``) or the session's previous turn's (``verify_previous``)."""
-    verdict_of = _asked_again if setting == "verify_previous" else _verified
-    judged = [r for r in rows if verdict_of(r)]
+    judged = _verdicts(rows, setting)
     if not judged:
         return {}
     pooled = _fit(judged, target, floor, _probability)
@@ -285,8 +291,9 @@ def verifier_curve(
     is on these traces, and where its false verdicts come from (a pair set with noisy labels, or
     a conversation). ``calibrate_verifier`` picks one level per intent; this shows why it could
     or could not. Exact repeats and word restatements are not verified, so they take no part."""
-    verdict_of = _asked_again if setting == "verify_previous" else _verified
-    judged = [r for r in rows if verdict_of(r)]
+    judged = _verdicts(rows, setting)
+    if not judged:
+        return []
     out = []
     for level in levels:
         served = [r for r in judged if _probability(r) >= level]
@@ -294,4 +301,4 @@ def verifier_curve(
         n_false = sum(false.values())
         out.append(VerifierLevel(setting, level, len(served), n_false, round(upper_bound(n_false, len(served)), 5),
                                  tuple(false.most_common())))  # fmt: skip
-    return out if judged else []
+    return out

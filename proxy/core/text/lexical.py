@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
 
 from proxy.core.text.normalize import Cutter, default_segmenter
 
@@ -260,6 +259,13 @@ def names_in(raw: str) -> bool:
     return any(m.group(0) not in _NOT_NAMES for m in _NAME_EN.finditer(raw.strip()))
 
 
+# a name after a preposition of place or movement: where the question goes, which a paraphrase
+# keeps ("a US visa" / "an American visa" name no destination)
+_PLACED_NAME_EN = re.compile(
+    r"\b(?:to|from|in|at|near|via|into|around|between|and|or|vs\.?|versus)\s+(?:the\s+)?([A-Z][a-z]+|[A-Z]{2,})\b"
+)
+
+
 def names_differ(raw_a: str, raw_b: str) -> bool:
     """Does either English turn name a place it goes to or from (a capitalised word after a
     preposition) that the other does not mention in any case? "from Mexico City to Prague" /
@@ -275,7 +281,7 @@ def names_differ(raw_a: str, raw_b: str) -> bool:
 
 # a turn that works on the last reply rather than asking anything of its own: asked again right
 # after its answer, it asks for another ("Give me an example", "总结成一句话")
-_ON_THE_REPLY: Final = re.compile(
+_ON_THE_REPLY = re.compile(
     r"\b(?:examples?|another|more|shorter|simpler|longer|again|rephrase|summari[sz]e|expand|elaborate|"
     r"in other words|one sentence|different)\b"
     r"|例子|举个例|换一个|换个|再来|再说|多讲|详细|简单|简短|总结|概括|一句话|换种说法"
@@ -285,13 +291,6 @@ _ON_THE_REPLY: Final = re.compile(
 def works_on_the_reply(text: str) -> bool:
     """Does the turn ask for something done to the last reply (another example, a shorter one)?"""
     return bool(_ON_THE_REPLY.search(text.lower()))
-
-
-# a name after a preposition of place or movement: where the question goes, which a paraphrase
-# keeps ("a US visa" / "an American visa" name no destination)
-_PLACED_NAME_EN = re.compile(
-    r"\b(?:to|from|in|at|near|via|into|around|between|and|or|vs\.?|versus)\s+(?:the\s+)?([A-Z][a-z]+|[A-Z]{2,})\b"
-)
 
 
 def _pointer(word: str) -> bool:
