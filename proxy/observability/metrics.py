@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from proxy.core.errors import UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.model import SCOPES, RecordState
 
 Status = Literal["hit", "half_hit", "miss", "bypass"]
@@ -35,6 +36,10 @@ WRITE_OUTCOMES: tuple[WriteOutcome, ...] = get_args(WriteOutcome)
 STAGES: tuple[Stage, ...] = get_args(Stage)
 RECORD_STATES: tuple[str, ...] = tuple(state.value for state in RecordState)
 TOKEN_KINDS = ("prompt", "completion")
+# why the sweeper drops records (proxy.service.lifecycle): expired, over capacity, dead ones purged
+EVICTION_REASONS = ("ttl", "capacity", "purge")
+# the kinds of a failed upstream call: the class of the error it raised (proxy.core.errors)
+UPSTREAM_ERROR_KINDS = tuple(kind.__name__ for kind in (UpstreamUnavailable, UpstreamTimeout, UpstreamStatus))
 
 # Stages run from tens of microseconds (parse) to the upstream call (seconds to minutes).
 STAGE_BUCKETS = (
@@ -163,7 +168,15 @@ class Metrics:
 
     def _start_at_zero(self) -> None:
         # Series of closed label sets exist from the first scrape, so rate() and the ratios in
-        # the recording rules have a baseline instead of appearing mid-window.
+        # the recording rules have a baseline instead of appearing mid-window, and every panel of
+        # the dashboard reads 0 instead of no data. A request's intent and reason are known only
+        # once it is planned: one series per status stands for them, with neither ("-").
+        for status in STATUSES:
+            self._requests.labels(status, "-", "-")
+        for reason in EVICTION_REASONS:
+            self._evictions.labels(reason)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self._upstream_errors.labels(kind)
         for outcome in OUTCOMES:
             self._judged.labels(outcome)
         for kind in TOKEN_KINDS:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.core.decision.decide import STAGES as DECISION_STAGES
 from proxy.core.decision.decide import decide
 from proxy.core.model import SCOPES
-from proxy.observability.metrics import RECORD_STATES, STAGES, STATUSES, Metrics
+from proxy.observability.metrics import EVICTION_REASONS, RECORD_STATES, STAGES, STATUSES, Metrics
 from tests.core.decision.test_decide import CASES
 
 DOCUMENTED_METRICS = {
@@ -60,6 +60,16 @@ def test_closed_label_sets_start_at_zero() -> None:
     for state in RECORD_STATES:
         for scope in SCOPES:
             assert value(metrics, "smartcache_records", state=state, scope=scope) == 0
+
+
+def test_the_counters_the_dashboard_reads_start_at_zero() -> None:
+    metrics = Metrics()
+    for reason in EVICTION_REASONS:
+        assert value(metrics, "smartcache_evictions_total", reason=reason) == 0
+    for kind in ("UpstreamUnavailable", "UpstreamTimeout", "UpstreamStatus"):
+        assert value(metrics, "smartcache_upstream_errors_total", kind=kind) == 0
+    for status in STATUSES:  # a request's intent and reason are known once it comes
+        assert value(metrics, "smartcache_requests_total", status=status, intent="-", reason="-") == 0
 
 
 def test_each_instance_owns_its_registry() -> None:
