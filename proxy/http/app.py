@@ -65,7 +65,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
         app[keys.READINESS] = Readiness(parts.upstream)
         app[keys.TENANT_SALT] = await parts.cache.store.tenant_salt(app[keys.TENANT_SALT])  # one across replicas
         app[keys.POLICY_BOX], app[keys.SIGNER], app[keys.JUDGE] = parts.policy_box, parts.signer, parts.judge
-        app[keys.CHAT] = chat_service(parts, s, app[keys.METRICS])
+        app[keys.CHAT] = chat_service(parts, s, app[keys.METRICS], app[keys.READINESS])
         lifecycle = Lifecycle(parts.cache, app[keys.METRICS], parts.judge, Capacity(s.max_records, s.max_answer_bytes))
         app[LIFECYCLE] = lifecycle
         log.info(
@@ -81,7 +81,7 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
 
 
-def chat_service(parts: Parts, s: Settings, metrics: Metrics) -> ChatService:
+def chat_service(parts: Parts, s: Settings, metrics: Metrics, readiness: Readiness | None = None) -> ChatService:
     """The chat handler over the service parts, with the settings only serving reads."""
     flavour = as_flavour(s.upstream_flavour) if s.upstream else "llamacpp"
     options = ChatOptions(
@@ -106,6 +106,7 @@ def chat_service(parts: Parts, s: Settings, metrics: Metrics) -> ChatService:
         options=options,
         coalescer=parts.coalescer,
         prewarmer=parts.prewarmer,
+        readiness=readiness,
     )
 
 

@@ -15,6 +15,7 @@ from proxy.http.race import UpstreamCall
 from proxy.http.relay import OurHeaders, Relayed, relay_json, relay_stream
 from proxy.observability.metrics import Metrics
 from proxy.upstream.client import Upstream
+from proxy.upstream.readiness import Readiness
 from proxy.upstream.retry import retry_reason
 
 
@@ -30,20 +31,30 @@ async def relay_with_retry(
     out: Outcome,
     ours: OurHeaders,
     metrics: Metrics,
+    readiness: Readiness | None = None,
 ) -> Relayed:
     """``call`` relayed; ``again`` sends the same request once more (with the same routing key)
-    where ``retry`` allows it and the failure is worth it. Says why in ``out.retried``."""
+    where ``retry`` allows it and the failure is worth it. Says why in ``out.retried``. Each
+    attempt's outcome goes to ``readiness``: a forward that finds the upstream gone makes /readyz
+    say so at once, without waiting for its next probe."""
     while True:
         # an error raised here came before the client got a byte: once a stream's status line is
         # relayed, what breaks ends it in-band (relay_stream) and is never raised
         try:
             if not stream:
-                return relay_json(await call.json(), out, ours)
+                answer = await call.json()
+                if readiness is not None:
+                    readiness.answered(answer.status)
+                return relay_json(answer, out, ours)
             async with call.opened() as resp:
+                if readiness is not None:
+                    readiness.answered(resp.status)
                 return await relay_stream(
                     upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics
                 )
         except UpstreamError as exc:
+            if readiness is not None:
+                readiness.failed(exc)
             metrics.upstream_error(type(exc).__name__)
             reason = retry_reason(exc) if retry and out.retried is None else None
             if reason is None:

@@ -36,6 +36,7 @@ from proxy.upstream import coalesce
 from proxy.upstream.client import Upstream, cached_tokens_of, forward_headers
 from proxy.upstream.hints import Flavour, apply_hints
 from proxy.upstream.prewarm import Prewarmer, prewarm_body
+from proxy.upstream.readiness import Readiness
 from proxy.upstream.routing import routing_session
 
 __all__ = ["ChatService"]
@@ -70,6 +71,7 @@ class ChatService:
         options: ChatOptions,
         coalescer: coalesce.Coalescer | None = None,
         prewarmer: Prewarmer | None = None,
+        readiness: Readiness | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.planner, self.write_back = cache, planner, write_back
@@ -103,6 +105,7 @@ class ChatService:
             )
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
         self.retry, self.route_min_shared_chars = options.retry, options.route_min_shared_chars
+        self.readiness = readiness  # told what each forward found of the upstream (/readyz)
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
         out = Outcome()
@@ -315,6 +318,7 @@ class ChatService:
                 out=out,
                 ours=functools.partial(self._headers, http, out),
                 metrics=self.metrics,
+                readiness=self.readiness,
             )
         except UpstreamError as exc:
             out.upstream_status = exc.status

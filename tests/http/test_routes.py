@@ -9,10 +9,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from aiohttp.test_utils import TestServer
 
 from proxy.http import keys
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat, chat_stream
+from tests.scripted_upstream import scripted_app
 
 AZURE = {"api-version": "2024-06-01"}
 
@@ -170,3 +172,27 @@ async def test_readyz_probes_once_per_ttl(proxy: Proxy, upstream: Upstream) -> N
     now[0] += readiness.ttl
     again = await readiness.check()
     assert not again.reachable and again.checked_at == now[0]
+
+
+async def test_a_forward_that_finds_the_upstream_gone_makes_readyz_503_at_once(
+    proxy: Proxy, upstream: Upstream
+) -> None:
+    ready_url = str(proxy.server.make_url("/readyz"))
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.get(ready_url)).status_code == 200  # kept for the probe's ttl
+        port = upstream.server.port
+        await upstream.server.close()
+        with pytest.raises(openai.APIStatusError) as failed:
+            await chat(proxy.client(), ask("What is the capital of France?"))
+        assert failed.value.status_code == 502
+        ready = await http.get(ready_url)  # no wait: the failed forward said it
+        assert ready.status_code == 503 and ready.json()["upstream"]["reachable"] is False
+        back = TestServer(scripted_app(upstream.script), host="127.0.0.1", port=port)
+        await back.start_server()
+        try:
+            status, _, _ = await chat(proxy.client(), ask("What is the capital of Spain?"))
+            assert status == "miss"
+            ready = await http.get(ready_url)  # no wait either: the forward that came back said it
+            assert ready.status_code == 200 and ready.json()["upstream"]["reachable"] is True
+        finally:
+            await back.close()
