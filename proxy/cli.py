@@ -40,18 +40,47 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "--upstream",
         help="OpenAI-compatible base URL, e.g. http://vllm:8000/v1 (default: start the embedded llama.cpp engine)",
     )
-    p.add_argument("--flavour", dest="upstream_flavour", choices=["vllm", "sglang", "llamacpp", "openai", "generic"])
+    p.add_argument(
+        "--flavour",
+        dest="upstream_flavour",
+        choices=["vllm", "sglang", "llamacpp", "openai", "generic"],
+        help="the upstream's engine, whose prefix-cache and routing hints are sent (default: generic, no hints)",
+    )
     p.add_argument("--config", type=Path, help="YAML settings file")
-    p.add_argument("--policy", type=Path)
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--policy", type=Path, help="risk policy file (default: the one shipped for the embedding model)")
+    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default: 8080; 0: any free port)")
     _dir_args(p)
-    p.add_argument("--embedding-model", dest="embedding_model")
+    p.add_argument(
+        "--embedding-model",
+        dest="embedding_model",
+        help="offline pack name, fastembed:NAME, or a model directory (default: use-multilingual)",
+    )
     p.add_argument(
         "--ready-after",
         dest="ready_after",
         type=float,
         help="feedback window in seconds before an answer becomes reusable (0 = at once)",
+    )
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--admin-token",
+        dest="admin_token",
+        help="bearer token of the admin API (/admin/*; default: none, the API is off). A flag shows "
+        "in the process list: prefer --admin-token-file or SMARTCACHE_ADMIN_TOKEN",
+    )
+    token.add_argument(
+        "--admin-token-file",
+        dest="admin_token_file",
+        type=Path,
+        help="read the admin token from this file (a mounted secret), its line end aside",
+    )
+    p.add_argument(
+        "--debug-headers",
+        dest="debug_headers",
+        action=argparse.BooleanOptionalAction,
+        help="let a client ask for the decision's scores, intent, tags and timings with "
+        "x-smartcache-debug: 1 (default: off, or SMARTCACHE_DEBUG_HEADERS)",
     )
 
 
@@ -66,9 +95,25 @@ def settings_from(args: argparse.Namespace) -> Settings:
         "model_home",
         "embedding_model",
         "ready_after",
+        "admin_token",
+        "debug_headers",
     )
     overrides = {n: getattr(args, n, None) for n in names}
+    if (token_file := getattr(args, "admin_token_file", None)) is not None:
+        overrides["admin_token"] = read_secret(token_file, "admin_token_file")
     return load_settings(config_file=getattr(args, "config", None), overrides=overrides)
+
+
+def read_secret(path: Path, key: str) -> str:
+    """A secret kept in a file (a Docker or Kubernetes secret), without the line end an editor or
+    ``echo`` leaves: a file that holds none fails at start, never as every admin call refused."""
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError("flags", key, f"cannot read {path}: {exc}") from exc
+    if not secret:
+        raise SettingsError("flags", key, f"{path} is empty")
+    return secret
 
 
 async def _serve(settings: Settings) -> None:

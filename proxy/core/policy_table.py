@@ -3,37 +3,82 @@ string, thresholds exactly as the file has them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Final
+
 from proxy.core.policy import IntentPolicy, Policy
 from proxy.core.policy_values import CHECKS
+
+# Each knob of an intent that decides whether a request is served, with the column that shows it
+# (tests/core/test_policy_table.py checks that every field of IntentPolicy is here or below)
+COLUMNS: Final[Mapping[str, str]] = {
+    "name": "intent",
+    "cache": "cache",
+    "accept": "accept",
+    "candidate": "candidate",
+    "direct_hit": "direct_hit",
+    "restatement": "restatement",
+    "verify_accept": "verify_accept",
+    "verify_top": "verify_top",
+    "verify_previous": "verify_previous",
+    "validate": "validate",
+    "feedback_floor": "feedback_floor",
+    "ttl": "ttl",
+    "scope": "pools",
+    "widen_to": "pools",
+    "global_safe": "global_safe",
+    "repeats_widen_to": "repeats",
+    "keywords": "keywords",
+    "force": "keywords",
+    "exemplars": "exemplars",
+}
+# Knobs that decide no hit, and why they are not shown
+NOT_SHOWN: Final[Mapping[str, str]] = {
+    "prewarm": "what follows a hit (the engine's KV warmed), not whether there is one",
+    "judge": "not read by the decision yet",
+    "judge_top": "not read by the decision yet",
+    "judge_floor": "not read by the decision yet",
+    "judge_deadline_ms": "not read by the decision yet",
+}
 
 
 def policy_table(policy: Policy) -> list[dict[str, str]]:
     """One row per intent, every cell a string, for ``smartcache check-policy``.
 
-    Cache settings of an intent that never caches are shown as "-": they have no effect.
+    Cache settings of an intent that never caches are shown as "-": they have no effect; so are
+    the verifier's knobs of an intent it does not read.
     """
     return [_table_row(intent) for intent in policy.intents.values()]
 
 
 def _table_row(intent: IntentPolicy) -> dict[str, str]:
+    verified = intent.verify_accept is not None
     cached = {
         "accept": _threshold(intent.accept),
         "candidate": _threshold(intent.candidate),
-        "direct_hit": "yes" if intent.direct_hit else "no",
-        "verify_accept": "-" if intent.verify_accept is None else _threshold(intent.verify_accept),
+        "direct_hit": _yes(intent.direct_hit),
+        "restatement": _yes(intent.restatement),
+        "verify_accept": _threshold(intent.verify_accept) if intent.verify_accept is not None else "-",
+        "verify_top": str(intent.verify_top) if verified else "-",
         "verify_previous": "-" if intent.verify_previous is None else _threshold(intent.verify_previous),
         "validate": "all" if set(intent.validate) == set(CHECKS) else ",".join(intent.validate) or "-",
+        "feedback_floor": _threshold(intent.feedback_floor),
         "ttl": _duration(intent.ttl),
         "pools": "→".join(intent.pools),
+        "global_safe": _yes(intent.global_safe),
         "repeats": intent.repeats_widen_to,
     }
     return {
         "intent": intent.name,
-        "cache": "yes" if intent.cache else "no",
+        "cache": _yes(intent.cache),
         **(cached if intent.cache else dict.fromkeys(cached, "-")),
         "keywords": f"{len(intent.keywords)}{' (force)' if intent.force else ''}",
         "exemplars": str(len(intent.exemplars)),
     }
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
 
 
 def _threshold(value: float) -> str:
