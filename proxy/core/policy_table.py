@@ -35,10 +35,6 @@ COLUMNS: Final[Mapping[str, str]] = {
 # Knobs that decide no hit, and why they are not shown
 NOT_SHOWN: Final[Mapping[str, str]] = {
     "prewarm": "what follows a hit (the engine's KV warmed), not whether there is one",
-    "judge": "not read by the decision yet",
-    "judge_top": "not read by the decision yet",
-    "judge_floor": "not read by the decision yet",
-    "judge_deadline_ms": "not read by the decision yet",
 }
 
 
