@@ -241,6 +241,21 @@ _REALTIME_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 # ("the weather in Kyoto in November"), how weather works ("台风是怎么形成的"); the last two hold
 # only where the turn names no moment.
 _DISCOURSE_NOW: Final = re.compile(r"^now,? (?=[a-z])")
+# the asker's next step in their own situation ("My order arrived broken. What should I do now?",
+# "我现在该怎么办"): its "now" is the point the conversation has reached, not the clock's, so the
+# answer is the same whenever it is asked; only where the question ends with it (nothing asked of a
+# place or a thing: "What should I do now in Paris?" still asks what is on)
+_NEXT_STEP_EN: Final = re.compile(
+    r"(?:^|(?<=[,.;:!?] ))(?:(?:so|and|ok(?:ay)?|well|then),? )?(?:(?:right )?now,? )?"
+    r"(?:what (?:should|shall|can|could|do|must) (?:i|we) do|what (?:are|'re) (?:my|our) options|"
+    r"what(?:'s| is| are) (?:my |our |the )?next steps?|how (?:should|do|can|could) (?:i|we) proceed|"
+    r"what happens|what now|now what)"
+    r"(?: (?:right )?now)?(?=\s*(?:[?.!,;]|$))"
+)
+_NEXT_STEP_ZH: Final = re.compile(
+    r"(?:我|我们)?现在(?:我|我们)?(?:应该|该|要|需要|可以|能)?(?:怎么办|咋办|怎么做|怎么处理|如何处理|做什么|干什么|如何是好)"
+    r"(?=[?？。!！,，]|呢|啊|呀|$)"
+)
 # a task whose time words say when to do it or what to write about, not what is true now:
 # "Schedule a meeting at 4pm later this week", "Help me write a headline on the latest discovery",
 # "请帮我构建一个关于最新发现的文章标题"
@@ -335,8 +350,10 @@ def _exempt(name: str, pattern: re.Pattern[str], asked: str) -> bool:
         return True  # the weather of a story, a poem, a song: what to write about, not a forecast
     if name == "zh_present" and _PLAN_ZH.search(asked) and _PLACE_ASKED_ZH.search(asked):
         return not _LIVE_ZH.search(asked)
+    if name == "zh_present":
+        return not pattern.search(_NEXT_STEP_ZH.sub("", asked))
     if name == "en_present":
-        present = {m.group(0) for m in pattern.finditer(_DISCOURSE_NOW.sub("", asked))}
+        present = {m.group(0) for m in pattern.finditer(_NEXT_STEP_EN.sub("", _DISCOURSE_NOW.sub("", asked)))}
         return not present or (present == {"yet"} and not _STATE_QUESTION_EN.search(asked))
     if name == "en_weather":
         if _WEATHER_PREMISE_EN.search(asked) and _WHAT_TO_DO_EN.search(asked):

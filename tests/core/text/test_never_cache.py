@@ -64,6 +64,11 @@ NEVER_CACHED = [
     ("昨天的比赛谁赢了", REALTIME),
     ("青岛这两天海边浪大不大", REALTIME),
     ("ＢＩＴＣＯＩＮ  price", REALTIME),  # full width and spacing fold away
+    # what to do next, of a place or on a day the clock names: still what is on now
+    ("What should I do now in Paris?", REALTIME),
+    ("I missed my flight today, what should I do now?", REALTIME),
+    ("现在做什么好玩", REALTIME),
+    ("What is happening now in Gaza?", REALTIME),
 ]
 
 CACHEABLE = [
@@ -111,6 +116,15 @@ CACHEABLE = [
     # the day the asker goes out, in a request for a place to eat or stay
     "你好，我与朋友定好今晚到外面吃，有没有人均消费在100-150元之间，评分在4分以上的餐馆推荐一下呢？",
     "今天外地的朋友过来，有没有评分4.5分以上的经济型酒店给我找一个？",
+    # the asker's next step in their own situation: "now" is where the conversation stands (issue 46.6)
+    "What should I do now?",
+    "My order arrived broken, what should I do now?",
+    "So what do I do now?",
+    "Now what?",
+    "What are my options now?",
+    "我现在该怎么办？",
+    "那现在怎么办",
+    "快递到了发现是坏的，我们现在应该怎么处理",
     "",
 ]
 
