@@ -326,6 +326,9 @@ class Reason(StrEnum):
     REGENERATE = "regenerate"
     CORRECTION = "correction"
     TOPIC_SWITCH = "topic_switch"
+    # a turn that only acknowledges the reply ("great", "Got it, thanks!", 嗯): it asks nothing, so
+    # its answer is the conversation's own; forwarded uncached (proxy.core.text.acknowledgement)
+    ACKNOWLEDGEMENT = "acknowledgement"
     NO_CACHE = "no_cache"
     PENDING = "pending"  # a better candidate is still in its feedback window: its answer is not served yet
     # the decision over the candidates (proxy.core.decision.decide), in the order of its stages

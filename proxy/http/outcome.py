@@ -17,20 +17,11 @@ from proxy.observability.metrics import Metrics
 
 log = structlog.get_logger("smartcache")
 
-# Reasons a client can act on, said in x-cache-reason on every response; the finer decision
-# reasons stay behind the debug headers.
-PUBLIC_REASONS = frozenset(
-    {
-        Reason.PENDING,
-        Reason.REGENERATE,
-        Reason.CORRECTION,
-        Reason.SESSION_RESET,
-        Reason.NO_CACHE,
-        Reason.TOPIC_SWITCH,
-        Reason.INTENT_DISABLED,
-        Reason.OVERLOADED,
-    }
-)
+# Every reason is said in x-cache-reason, a hit's too: which rule decided, the same word the log
+# line and the metrics use. What the decision weighed (the score beyond a hit's similarity, the
+# intent, the tags, the stage timings) stays behind the debug headers. README.md lists each one
+# (tests/http/test_outcome.py holds the two together).
+PUBLIC_REASONS = frozenset(Reason)
 
 
 class Ending(StrEnum):
@@ -74,7 +65,7 @@ def public_reason(reason: str) -> str | None:
 def cache_headers(out: Outcome, *, debug: bool) -> dict[str, str]:
     """``x-cache-*`` for the client; with ``debug``, the decision's inside too."""
     headers = {"x-cache-status": out.status.value}
-    if out.status is not Status.HIT and (public := public_reason(out.reason)):
+    if public := public_reason(out.reason):
         headers["x-cache-reason"] = public
     if out.status is Status.HIT and out.score is not None:
         headers["x-cache-similarity"] = f"{out.score:.4f}"

@@ -15,6 +15,7 @@ from proxy.core.identity import Identity
 from proxy.core.model import Decision, Reason, Signature, Status
 from proxy.core.openai.request import ChatRequest
 from proxy.core.policy import IntentPolicy, Policy
+from proxy.core.text.acknowledgement import is_acknowledgement
 from proxy.microbatch import Overloaded
 from proxy.service.cache import SemanticCache, decisive_floor
 from proxy.service.feedback import UNSTORED, FeedbackReader, pending_would_serve
@@ -107,6 +108,8 @@ class Planner:
         if feedback is not None:
             # the user asked for an answer of their own: never served, never stored
             return Plan(Status.MISS, feedback, sig, None if feedback in UNSTORED else policy)
+        if acknowledges(sig):
+            return Plan(Status.BYPASS, Reason.ACKNOWLEDGEMENT, sig)
         switched = sig.tags.context_switch
         if req.controls.no_cache or (switched and not policy.shares_repeats):
             return unlooked(sig, policy)
@@ -137,4 +140,14 @@ def unlooked(sig: Signature, policy: IntentPolicy) -> Plan:
     turn that left its topic and may not share a repeat, a past turn warmed in (proxy.tools.warm)."""
     if not policy.cache:
         return Plan(Status.BYPASS, Reason.INTENT_DISABLED, sig)
+    if acknowledges(sig):
+        return Plan(Status.BYPASS, Reason.ACKNOWLEDGEMENT, sig)
     return Plan(Status.MISS, Reason.TOPIC_SWITCH if sig.tags.context_switch else Reason.NO_CACHE, sig, policy)
+
+
+def acknowledges(sig: Signature) -> bool:
+    """A turn after the first that only acknowledges the reply ("great", "Got it, thanks!", 嗯).
+    It asks nothing, so its answer is the conversation's: none is served to it and its own is
+    never stored, whatever the vectors made of it (a topic switch, as often as not). A first
+    turn's "thanks" is answered the same in any conversation, and is cached as any other."""
+    return sig.turn_index > 1 and is_acknowledgement(sig.question_raw)

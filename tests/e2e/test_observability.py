@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
 import structlog
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from structlog.testing import capture_logs
 
@@ -346,3 +350,63 @@ def test_stats_numbers_from_a_hand_written_exposition() -> None:
 )
 def test_metrics_url(given: str, scraped: str) -> None:
     assert metrics_url(given) == scraped
+
+
+# --- every response says why ------------------------------------------------------------------------
+
+
+async def test_every_response_says_why_hits_and_bypasses_too(make_proxy: ProxyFactory) -> None:
+    proxy = await make_proxy()
+    client = proxy.client(**{"x-smartcache-session": "why-1"})
+    first = await ask(client, FIRST_QUESTION)
+    again = await ask(proxy.client(**{"x-smartcache-session": "why-2"}), FIRST_QUESTION)  # in its own: no regenerate
+    history = [{"role": "user", "content": FIRST_QUESTION}, {"role": "assistant", "content": first.content}]
+    thanks = await ask(client, "Got it, thanks!", history)
+    long = await ask(proxy.client(**{"x-smartcache-session": "why-3"}), "Summarise this: " + "lorem ipsum " * 4_000)
+    said = [(t.status, t.headers.get("x-cache-reason")) for t in (first, again, thanks, long)]
+    assert said == [
+        ("miss", "no_candidate"),
+        ("hit", "exact_repeat"),
+        ("bypass", "acknowledgement"),  # asks nothing: not a topic switch, and its answer is the conversation's
+        ("bypass", "too_long"),
+    ]
+
+
+@pytest.mark.parametrize("text", ["great", "嗯", "Got it, thanks!", "好的，谢谢"])
+async def test_an_acknowledgement_is_forwarded_and_never_kept(make_proxy: ProxyFactory, text: str) -> None:
+    proxy = await make_proxy()
+    history = [{"role": "user", "content": FIRST_QUESTION}, {"role": "assistant", "content": "Mount Elbrus."}]
+    for session in ("ack-1", "ack-2"):
+        turn = await ask(proxy.client(**{"x-smartcache-session": session}), text, history)
+        assert (turn.status, turn.headers.get("x-cache-reason")) == ("bypass", "acknowledgement")
+    assert (await scrape(proxy)).records.get("ready", 0) == 0
+
+
+# --- the dashboard's metrics exist from the start ---------------------------------------------------
+
+
+def dashboard_metric_names() -> set[str]:
+    """The raw metric names the shipped dashboard reads, through the recording rules it names."""
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    dashboard = json.loads((deploy / "grafana" / "dashboards" / "smartcache.json").read_text(encoding="utf-8"))
+    rules = yaml.safe_load((deploy / "prometheus" / "rules.yml").read_text(encoding="utf-8"))
+    recorded = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    exprs = [t["expr"] for p in dashboard["panels"] for q in (p, *p.get("panels", [])) for t in q.get("targets", [])]
+    names: set[str] = set()
+    while exprs:
+        for name in re.findall(r"\bsmartcache[a-zA-Z0-9_:]*", exprs.pop()):
+            if name in recorded:
+                exprs.append(recorded.pop(name))
+            elif ":" not in name:
+                names.add(name)
+    return names
+
+
+async def test_every_metric_the_dashboard_reads_is_there_before_any_request(make_proxy: ProxyFactory) -> None:
+    proxy = await make_proxy()
+    async with aiohttp.ClientSession() as session, session.get(metrics_url(proxy.base_url)) as resp:
+        text = await resp.text()
+    exposed = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    read = dashboard_metric_names()
+    assert {"smartcache_evictions_total", "smartcache_requests_total", "smartcache_upstream_errors_total"} <= read
+    assert read - exposed == set()
