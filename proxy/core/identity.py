@@ -1,23 +1,37 @@
-"""Who is asking: tenant (a hash of the API key) and session.
+"""Who is asking: tenant (a hash of the API key's value) and session.
 
 The API key itself never leaves this module: only its salted hash is kept, stored or logged.
-Isolation fails closed: a request without any credential is the anonymous tenant, which no
-keyed tenant shares records with; a credential of another scheme (Basic, Token, ...) is a
-tenant of its own, never the Bearer tenant of the same secret and never shared with other
-unrecognised credentials. A credential in the query string (``?api-key=``, ``?key=``: the query
-goes upstream with the request, and some gateways authenticate by it) makes a tenant of its own
-with the Authorization header, so two keys sent that way never share answers; keys in bodies are
-ignored. A key in another credential header (``api-key``, ``x-api-key``) does the same; two
-Authorization headers are refused: the cache must not key on one while upstream
-sees another.
+
+A tenant is the key's value, whatever carries it: ``Authorization: Bearer K``, ``api-key: K``,
+``x-api-key: K``, ``x-goog-api-key: K``, ``ocp-apim-subscription-key: K`` and a credential in the
+query string (``?api-key=K``, ``?key=K``: the query goes upstream with the request, and some
+gateways authenticate by it) are one tenant. Whoever sends the same secret holds the same key, so
+folding its carriers together gives nobody anything they do not already hold. ``Token K`` and a
+bare ``Authorization: K`` are the key ``K`` too: their value is the key itself. Any other scheme
+(``Basic``, ``Digest``, an AWS signature, ...) is a credential of its own, hashed with its scheme,
+so it never aliases a key even when the strings agree: Basic's value encodes a user and a password,
+not a key. Keys in bodies are ignored.
+
+Isolation fails closed. A caller sending several distinct credentials (``Bearer A`` with
+``api-key: B``, a query key beside a header key) is the tenant of that *set*: never tenant A
+alone nor tenant B alone, since the cache must not serve by one key what upstream may answer by
+another. Its id lists each credential's own hash (``t-<a>+<b>``, sorted), so a purge by one key
+also finds the tenants that key is part of (proxy/http/admin.py). Two Authorization headers are
+refused, and so are more than ``MAX_CREDENTIALS`` distinct credentials. A request without any
+credential is the anonymous tenant, which shares nothing (proxy/service/reach.py): no keyed
+tenant reads its answers and it reads none of theirs.
+
+Changing how tenant ids are derived changes the ids of records written before: those are then
+nobody's, served to no one, and age out.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.core.errors import InvalidRequest
@@ -27,6 +41,11 @@ ANONYMOUS = "anonymous"
 SESSION_HEADER = "x-smartcache-session"
 USER_HEADER = "x-smartcache-user"
 _SESSION_OK = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+KEY = "key"  # the kind of a credential that is the key's value itself, whatever carried it
+# Authorization schemes whose value is the key itself
+KEY_SCHEMES = frozenset({"bearer", "token", "key", "apikey", "api-key"})
+# a legitimate client sends one key, or a few on the way through gateways
+MAX_CREDENTIALS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,21 +55,33 @@ class Identity:
     user: str | None
     session_explicit: bool
 
+    @property
+    def anonymous(self) -> bool:
+        return self.tenant == ANONYMOUS
 
-def tenant_of(authorization: str | None, *, salt: str) -> str:
-    """``t-``: a Bearer key (the scheme is case-insensitive, the key is not); ``x-``: any other
-    credential, hashed with its scheme so it can never alias a Bearer tenant; else anonymous."""
+    @property
+    def indistinct(self) -> bool:
+        """An anonymous caller with neither a session header nor a user id: nothing tells it apart
+        from another person who opens with the same words (its derived session is theirs too)."""
+        return self.anonymous and not self.session_explicit and self.user is None
+
+
+# (kind, value): ``KEY`` and the key's value, or another scheme and its credential
+Credential = tuple[str, str]
+
+
+def authorization_credential(authorization: str | None) -> Credential | None:
+    """The credential of an Authorization header: the key itself after a key scheme
+    (``KEY_SCHEMES``, case-insensitive; the key is not) or alone; any other scheme with its value;
+    None for no header, or a key scheme with no key."""
     credential = (authorization or "").strip()
-    if not credential:
-        return ANONYMOUS
-    scheme, _, key = credential.partition(" ")
-    key = key.strip()
-    if scheme.lower() == "bearer":
-        if not key:
-            return ANONYMOUS
-        return "t-" + hashlib.sha256(f"{salt}\x1f{key}".encode()).hexdigest()[:24]
-    material = f"{salt}\x1f{scheme.lower()}\x1f{key}" if key else f"{salt}\x1f-\x1f{credential}"
-    return "x-" + hashlib.sha256(material.encode()).hexdigest()[:24]
+    scheme, _, value = credential.partition(" ")
+    value = value.strip()
+    if scheme.lower() in KEY_SCHEMES:
+        return (KEY, value) if value else None
+    if not value:
+        return (KEY, credential) if credential else None
+    return (scheme.lower(), value)
 
 
 # query parameters that carry a credential (names compared lower-case with "-" as "_")
@@ -58,32 +89,62 @@ QUERY_CREDENTIALS = frozenset(
     {"api_key", "apikey", "key", "token", "access_token", "auth", "secret", "password", "sig", "signature", "code"}
 )
 
-
-def query_tenant(authorization: str | None, query: Sequence[tuple[str, str]], *, salt: str) -> str | None:
-    """``q-``: a tenant of the query string's credentials together with the Authorization header,
-    when the query carries any; None when it carries none."""
-    found = sorted(
-        (k.lower().replace("-", "_"), v) for k, v in query if k.lower().replace("-", "_") in QUERY_CREDENTIALS
-    )
-    if not found:
-        return None
-    material = "\x1f".join([salt, (authorization or "").strip(), *(f"{k}={v}" for k, v in found)])
-    return "q-" + hashlib.sha256(material.encode()).hexdigest()[:24]
-
-
 # headers other than Authorization that carry a credential (Azure OpenAI's ``api-key``, gateways'
 # ``x-api-key``): the upstream authenticates by them, so the cache must key on them too
 HEADER_CREDENTIALS = ("api-key", "x-api-key", "x-goog-api-key", "ocp-apim-subscription-key")
 
 
-def header_tenant(authorization: str | None, headers: Mapping[str, str], *, salt: str) -> str | None:
-    """``h-``: a tenant of the credential headers (``HEADER_CREDENTIALS``) together with the
-    Authorization header, when any is sent; None when none is."""
-    found = [(name, headers[name].strip()) for name in HEADER_CREDENTIALS if (headers.get(name) or "").strip()]
-    if not found:
-        return None
-    material = "\x1f".join([salt, (authorization or "").strip(), *(f"{k}={v}" for k, v in found)])
-    return "h-" + hashlib.sha256(material.encode()).hexdigest()[:24]
+def credentials(
+    authorization: str | None, headers: Mapping[str, str], query: Sequence[tuple[str, str]] = ()
+) -> frozenset[Credential]:
+    """Every distinct credential the caller sends: the Authorization header, the credential headers
+    (``HEADER_CREDENTIALS``) and the query string's (``QUERY_CREDENTIALS``); empty values are none."""
+    found = {authorization_credential(authorization)}
+    found.update((KEY, value.strip()) for name in HEADER_CREDENTIALS for value in _every(headers, name))
+    found.update((KEY, v.strip()) for k, v in query if k.lower().replace("-", "_") in QUERY_CREDENTIALS)
+    return frozenset(c for c in found if c is not None and c[1])
+
+
+def credential_part(credential: Credential, *, salt: str) -> str:
+    """One credential's salted hash, the part of every tenant id it is in. The JSON array keeps
+    kind and value apart whatever characters they hold."""
+    material = json.dumps([salt, *credential], ensure_ascii=False)
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def tenant_of_credentials(found: Iterable[Credential], *, salt: str) -> str:
+    """``t-`` and the sorted hashes of the distinct credentials, joined by ``+``; anonymous for none."""
+    parts = sorted({credential_part(c, salt=salt) for c in found})
+    if not parts:
+        return ANONYMOUS
+    if len(parts) > MAX_CREDENTIALS:
+        raise InvalidRequest(f"send at most {MAX_CREDENTIALS} distinct credentials", param="Authorization")
+    return "t-" + "+".join(parts)
+
+
+def tenant_parts(tenant: str) -> frozenset[str]:
+    """The credential hashes a tenant id is made of (none for the anonymous tenant)."""
+    return frozenset(tenant[2:].split("+")) if tenant.startswith("t-") else frozenset()
+
+
+def key_tenant(api_key: str, *, salt: str) -> str:
+    """The tenant of one key sent alone, by any carrier."""
+    return tenant_of_credentials([(KEY, api_key.strip())] if api_key.strip() else [], salt=salt)
+
+
+def tenant_of(authorization: str | None, *, salt: str) -> str:
+    """The tenant of an Authorization header sent alone."""
+    credential = authorization_credential(authorization)
+    return tenant_of_credentials([credential] if credential else [], salt=salt)
+
+
+def _every(headers: Mapping[str, str], name: str) -> list[str]:
+    # a repeated credential header is every one of its values: upstream may read any of them
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    value = headers.get(name)
+    return [] if value is None else [value]
 
 
 def _one_authorization(headers: Mapping[str, str]) -> str | None:
@@ -121,7 +182,10 @@ def derived_session(tenant: str, request: ChatRequest, *, user: str | None = Non
     turn. Two conversations that open alike therefore share a session; that is safe because the
     same opening asked again there is not taken for a regenerate (proxy/service/feedback.py) and their
     answers are keyed by the whole conversation anyway. Reuse across conversations that open
-    differently comes from the policy's scopes, never from the session id."""
+    differently comes from the policy's scopes, never from the session id. An anonymous caller
+    with no user id is known by nothing else, so two people sharing an opening would share this
+    session: it is served only answers its own conversation already carries (``Identity.indistinct``,
+    proxy/service/reach.py)."""
     first_user = next((m.text for m in request.messages if m.role == "user"), "")
     who = user if user is not None else request.user or ""
     material = "\x1f".join((tenant, who, request.model, request.system_text, opening(first_user)))
@@ -131,13 +195,7 @@ def derived_session(tenant: str, request: ChatRequest, *, user: str | None = Non
 def caller_tenant(headers: Mapping[str, str], *, salt: str, query: Sequence[tuple[str, str]] = ()) -> str:
     """The tenant of every credential the caller sends: the Authorization header, the other
     credential headers, and the query string (which goes upstream with a chat request)."""
-    authorization = _one_authorization(headers)
-    with_header = header_tenant(authorization, headers, salt=salt)
-    return (
-        query_tenant(with_header or authorization, query, salt=salt)
-        or with_header
-        or tenant_of(authorization, salt=salt)
-    )
+    return tenant_of_credentials(credentials(_one_authorization(headers), headers, query), salt=salt)
 
 
 def identify(

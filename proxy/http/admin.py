@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from proxy.core.errors import InvalidRequest, NotFound, Unauthorized
-from proxy.core.identity import ANONYMOUS, caller_tenant, tenant_of
+from proxy.core.identity import ANONYMOUS, caller_tenant, key_tenant, tenant_parts
 from proxy.core.model import RecordState
 from proxy.core.policy import PolicyError
 from proxy.http import keys
@@ -102,8 +102,22 @@ async def stats(request: web.Request) -> web.Response:
             "answer_bytes": await cache.store.answer_bytes(),
             "policy_version": request.app[keys.POLICY_BOX].policy.version,
             "embedder_model_calls": request.app[keys.EMBEDDER].model_calls,
+            "judge": _judge_stats(request),
         }
     )
+
+
+def _judge_stats(request: web.Request) -> dict[str, object] | None:
+    judging = request.app[keys.CHAT].judging
+    if judging is None:
+        return None
+    counts = judging.judge.counts
+    return {
+        "models": judging.qualification.standings(),
+        "calls": {"yes": counts.yes, "no": counts.no, "failed": counts.failed, "skipped": counts.skipped},
+        "tokens": {"prompt": counts.prompt_tokens, "completion": counts.completion_tokens},
+        "decided": dict(judging.decided),
+    }
 
 
 async def list_records(request: web.Request) -> web.Response:
@@ -187,20 +201,31 @@ def _tenant_named(body: dict[str, Any], salt: str) -> str:
     if api_key is not None:
         if not isinstance(api_key, str) or not api_key.strip():
             raise InvalidRequest("'api_key' must be a non-empty string", param="api_key")
-        return tenant_of(f"Bearer {api_key}", salt=salt)
+        return key_tenant(api_key, salt=salt)
     if not isinstance(tenant, str) or not tenant:
         raise InvalidRequest("'tenant' must be a tenant id such as t-…", param="tenant")
     return tenant
 
 
+def _tenants_holding(named: str, live: Iterable[str]) -> list[str]:
+    """The named tenant and every live one its key is part of: a caller that sent the key beside
+    another (proxy/core/identity.py) is the tenant of both, and a revoked key must leave it too."""
+    parts = tenant_parts(named)
+    return [named, *sorted({t for t in live if t != named and parts and parts <= tenant_parts(t)})]
+
+
 async def purge_tenant(request: web.Request) -> web.Response:
     """Every record of one tenant deleted, whatever its state: the rejected and invalid ones kept
-    for audit hold that tenant's answers too."""
-    tenant = _tenant_named(await _json_body(request), request.app[keys.TENANT_SALT])
+    for audit hold that tenant's answers too. The tenants of several keys the named key is part of
+    are found among those with a live record (the index's pools) and deleted whole as well."""
+    named = _tenant_named(await _json_body(request), request.app[keys.TENANT_SALT])
     cache = request.app[keys.CACHE]
-    purged = await cache.retire(Selector(tenant=tenant, states=None), to=None)
+    tenants = _tenants_holding(named, {tenant for tenant, _ in cache.pools.sessions})
+    purged = 0
+    for tenant in tenants:
+        purged += len(await cache.retire(Selector(tenant=tenant, states=None), to=None))
     await cache.store.scrub()
-    return web.json_response({"tenant": tenant, "purged": len(purged)})
+    return web.json_response({"tenant": named, "purged": purged, "tenants": tenants})
 
 
 async def reset_session(request: web.Request) -> web.Response:

@@ -1,62 +1,155 @@
-"""Who is asking: a credential in the query string (which goes upstream with a chat request) is
-a tenant of its own, with the Authorization header, and never the anonymous or a Bearer tenant."""
+"""Who is asking: a tenant is the key's value, whatever carries it (the Authorization header, a
+credential header, the query string); several distinct keys sent together are a tenant of their
+own, never one of theirs alone; the anonymous tenant is everyone without a key."""
 
 from __future__ import annotations
 
 import pytest
+from multidict import CIMultiDict
 
-from proxy.core.identity import ANONYMOUS, query_tenant, tenant_of
+from proxy.core.errors import InvalidRequest
+from proxy.core.identity import (
+    ANONYMOUS,
+    MAX_CREDENTIALS,
+    Identity,
+    caller_tenant,
+    identify,
+    key_tenant,
+    tenant_of,
+    tenant_parts,
+)
+from proxy.core.openai.request import parse_chat_request
 
 SALT = "salt"
+REQUEST = parse_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+
+
+def tenant(query: str = "", **headers: str) -> str:
+    pairs = [tuple(p.split("=", 1)) for p in query.split("&") if p]
+    return caller_tenant(CIMultiDict(headers), salt=SALT, query=[(k, v) for k, v in pairs])
+
+
+# every way a client may carry the key K
+CARRIERS_OF_K = [
+    ({"Authorization": "Bearer K"}, ""),
+    ({"Authorization": "bearer   K "}, ""),
+    ({"Authorization": "Token K"}, ""),
+    ({"Authorization": "K"}, ""),  # a bare key: the header's value is the key itself
+    ({"api-key": "K"}, ""),
+    ({"API-Key": " K"}, ""),
+    ({"x-api-key": "K"}, ""),
+    ({"x-goog-api-key": "K"}, ""),
+    ({"ocp-apim-subscription-key": "K"}, ""),
+    ({}, "api-key=K"),
+    ({}, "api_key=K"),
+    ({}, "key=K"),
+    ({}, "token=K&api-version=2024-06-01"),
+    # the same key by two carriers at once is still one key
+    ({"Authorization": "Bearer K", "api-key": "K"}, ""),
+    ({"x-api-key": "K"}, "key=K"),
+]
+
+
+@pytest.mark.parametrize(("headers", "query"), CARRIERS_OF_K)
+def test_every_carrier_of_one_key_is_one_tenant(headers: dict[str, str], query: str) -> None:
+    assert tenant(query, **headers) == key_tenant("K", salt=SALT) == tenant_of("Bearer K", salt=SALT)
 
 
 @pytest.mark.parametrize(
-    ("authorization", "query", "same_as"),
+    ("headers", "query"),
     [
-        (None, [("api-version", "2024-06-01")], None),  # no credential in it: the header decides
-        (None, [], None),
-        ("Bearer k", [("api-version", "1"), ("limit", "5")], None),
+        ({"Authorization": "Bearer A", "api-key": "B"}, ""),
+        ({"Authorization": "Bearer A", "x-api-key": "B"}, ""),
+        ({"api-key": "A", "x-goog-api-key": "B"}, ""),
+        ({"Authorization": "Bearer A"}, "api-key=B"),
+        ({"x-api-key": "B"}, "key=A"),
+        ({}, "key=A&token=B"),
+        ({"Authorization": "Basic A", "api-key": "B"}, ""),
     ],
 )
-def test_a_query_without_a_credential_leaves_the_tenant_to_the_header(
-    authorization: str | None, query: list[tuple[str, str]], same_as: None
-) -> None:
-    assert query_tenant(authorization, query, salt=SALT) is same_as
+def test_two_keys_together_are_neither_key_alone(headers: dict[str, str], query: str) -> None:
+    both = tenant(query, **headers)
+    alone = {key_tenant("A", salt=SALT), key_tenant("B", salt=SALT), tenant_of("Basic A", salt=SALT), ANONYMOUS}
+    assert both not in alone
+    # its id names each key's part, so a purge by either key finds it (proxy/http/admin.py)
+    assert tenant_parts(key_tenant("B", salt=SALT)) <= tenant_parts(both)
 
 
-@pytest.mark.parametrize("name", ["api-key", "api_key", "API-KEY", "key", "token", "access_token", "code", "sig"])
-def test_each_credential_name_makes_a_tenant(name: str) -> None:
-    tenant = query_tenant(None, [(name, "k1")], salt=SALT)
-    assert tenant is not None and tenant.startswith("q-")
+def test_two_keys_are_one_tenant_whatever_carries_which() -> None:
+    both = tenant(**{"Authorization": "Bearer A", "api-key": "B"})
+    assert both == tenant(**{"Authorization": "Bearer B", "api-key": "A"}) == tenant("key=A", **{"x-api-key": "B"})
+    assert both == tenant(**{"Authorization": "Bearer A", "api-key": "B", "x-api-key": "A"})
 
 
-def test_query_tenants_are_apart_by_key_by_header_and_from_every_other_tenant() -> None:
-    one = query_tenant(None, [("api-key", "k1")], salt=SALT)
-    assert one == query_tenant(None, [("api-version", "2"), ("api-key", "k1")], salt=SALT)
-    others = {
-        query_tenant(None, [("api-key", "k2")], salt=SALT),
-        query_tenant("Bearer b", [("api-key", "k1")], salt=SALT),
-        query_tenant(None, [("api-key", "k1")], salt="other-salt"),
-        tenant_of("Bearer k1", salt=SALT),
-        ANONYMOUS,
-    }
-    assert one not in others and len(others) == 5
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Bearer k1", "Bearer k2"),
+        ("Bearer k1", "Bearer K1"),  # the scheme is case-insensitive, the key is not
+        ("Bearer k1", "Bearer k1 padding"),
+        ("Bearer k1", "Basic k1"),  # Basic's value encodes a user and a password, not a key
+        ("Basic k1", "Basic k2"),
+        ("Basic k1", "Digest k1"),
+        ("Bearer k1", "Bearer k1x"),
+    ],
+)
+def test_different_keys_never_share_a_tenant(a: str, b: str) -> None:
+    assert tenant_of(a, salt=SALT) != tenant_of(b, salt=SALT)
+    assert ANONYMOUS not in (tenant_of(a, salt=SALT), tenant_of(b, salt=SALT))
 
 
-def test_a_key_in_an_azure_or_gateway_header_is_a_tenant_of_its_own() -> None:
-    from multidict import CIMultiDict
+def test_a_key_with_a_separator_in_it_is_not_two_keys() -> None:
+    """The query string can carry any character: a key holding the separator of a set's material
+    must not spell the set of its halves."""
+    assert tenant("key=a\x1fb") != tenant("key=a&token=b")
+    assert tenant('key=["a", "b"]') != tenant("key=a&token=b")
 
-    from proxy.core.identity import identify
-    from proxy.core.openai.request import parse_chat_request
 
-    request = parse_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+@pytest.mark.parametrize(
+    ("headers", "query"),
+    [
+        ({}, ""),
+        ({"Authorization": ""}, ""),
+        ({"Authorization": "Bearer "}, ""),
+        ({"Authorization": "Bearer"}, ""),
+        ({"api-key": " "}, ""),
+        ({}, "api-version=2024-06-01&limit=5"),  # no credential in the query
+        ({}, "key="),
+    ],
+)
+def test_no_key_is_the_anonymous_tenant(headers: dict[str, str], query: str) -> None:
+    assert tenant(query, **headers) == ANONYMOUS
 
-    def tenant(**headers: str) -> str:
-        return identify(CIMultiDict(headers), request, salt=SALT).tenant
 
-    one, two = tenant(**{"api-key": "k1"}), tenant(**{"api-key": "k2"})
-    assert one != two and ANONYMOUS not in (one, two)  # before: both the anonymous tenant
-    assert one == tenant(**{"API-Key": "k1"}) and one.startswith("h-")
-    assert tenant(**{"x-api-key": "k1"}) not in (one, two, tenant())
-    assert tenant(**{"api-key": "k1", "Authorization": "Bearer b"}) != one
-    assert tenant(**{"api-key": " "}) == tenant() == ANONYMOUS
+def test_the_salt_makes_tenants_of_one_installation_only() -> None:
+    assert key_tenant("K", salt=SALT) != key_tenant("K", salt="other-installation")
+
+
+def test_more_credentials_than_a_client_sends_are_refused() -> None:
+    many = "&".join(f"key=k{i}" for i in range(MAX_CREDENTIALS + 1))
+    with pytest.raises(InvalidRequest):
+        tenant(many)
+
+
+def test_two_authorization_headers_are_refused() -> None:
+    headers = CIMultiDict([("Authorization", "Bearer A"), ("Authorization", "Bearer B")])
+    with pytest.raises(InvalidRequest):
+        caller_tenant(headers, salt=SALT)
+
+
+def test_a_repeated_credential_header_is_every_value_it_carries() -> None:
+    headers = CIMultiDict([("api-key", "A"), ("api-key", "B")])
+    assert caller_tenant(headers, salt=SALT) == tenant(**{"Authorization": "Bearer A", "x-api-key": "B"})
+
+
+def who(**headers: str) -> Identity:
+    return identify(CIMultiDict(headers), REQUEST, salt=SALT)
+
+
+def test_only_an_anonymous_caller_without_session_or_user_is_indistinct() -> None:
+    assert who().indistinct and who().anonymous
+    assert not who(**{"x-smartcache-session": "s"}).indistinct
+    assert not who(**{"x-smartcache-user": "u"}).indistinct
+    assert not who(Authorization="Bearer K").indistinct
+    with_body_user = parse_chat_request(b'{"model": "m", "user": "u", "messages": [{"role": "user", "content": "hi"}]}')
+    assert not identify(CIMultiDict(), with_body_user, salt=SALT).indistinct
