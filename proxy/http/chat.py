@@ -248,8 +248,10 @@ class ChatService:
             who.session, who.tenant, req, plan.signature, plan.decision, min_shared_chars=self.route_min_shared_chars
         )
         # only answers the cache could hold coalesce; a regenerate, a correction or a no-cache
-        # request asks for an answer of its own
-        table = self.coalescer if plan.policy is not None and plan.reason not in coalesce.NEVER_COALESCE else None
+        # request asks for an answer of its own, and so does an anonymous caller nothing tells
+        # apart from another person asking the same at the same time (proxy.service.reach)
+        shares = plan.policy is not None and plan.reason not in coalesce.NEVER_COALESCE and not who.indistinct
+        table = self.coalescer if shares else None
         if table is None:
             return await self._call_upstream(http, req, who, out, plan, None, race, route=route)
         key = coalesce.coalesce_key(req, who)

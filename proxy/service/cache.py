@@ -27,7 +27,7 @@ from proxy.core.policy import IntentPolicy
 from proxy.core.text.normalize import Cutter
 from proxy.service.index_load import read_index
 from proxy.service.new_record import new_record
-from proxy.service.reach import fits_limit, nearest_of_both, repeated, visible
+from proxy.service.reach import fits_limit, held, nearest_of_both, reach, repeated, visible
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.storage.vectors import Hits, VectorIndex
@@ -208,10 +208,11 @@ class SemanticCache:
                 and visible(key, who, policy.widen_to)
             )
 
-        want = Want(who.tenant, who.user, request.model, namespace, sig.system_prompt_version, policy.widen_to)
+        widen_to = reach(who, policy.widen_to)
+        want = Want(who.tenant, who.user, request.model, namespace, sig.system_prompt_version, widen_to)
         top: Hits = []
         if not repeats_only:
-            own, wider = await self.nearest(sig.vector, who, policy.widen_to, admit, want)
+            own, wider = await self.nearest(sig.vector, who, widen_to, admit, want)
             top = nearest_of_both(own, wider, self.top_k)
         else:  # the session's own records, of which only this very turn, reframed, may answer
             top, _ = await self.nearest(sig.vector, who, "session", admit, want)
@@ -219,7 +220,7 @@ class SemanticCache:
         near = len(top)
         if policy.shares_repeats:
             seen = {label for label, _ in top}
-            repeats = replace(want, widen_to=policy.repeats_widen_to, any_scope=True)
+            repeats = replace(want, widen_to=reach(who, policy.repeats_widen_to), any_scope=True)
             top += [hit for hit in await self._repeats(sig.vector, repeats) if hit[0] not in seen]
         rows = {r.label: r for r in await self.store.get_many([lab for lab, _ in top])}
         now = self.clock()
@@ -231,6 +232,8 @@ class SemanticCache:
             if r is None or r.expires_at <= now or r.created_at < oldest:
                 continue
             if not (visible(r, who, policy.widen_to) if at < near else repeated(r, sig, who, policy)):
+                continue
+            if not held(r, who, request):
                 continue
             if not fits_limit(r, request.answer_cap, sig.request_hash):
                 continue

@@ -42,7 +42,7 @@ def new_record(
         cache_id="sc-" + uuid.uuid4().hex[:20],
         tenant=who.tenant,
         user=who.user,
-        scope=write_scope(policy, sig, request),
+        scope=write_scope(policy, sig, request, who),
         session=who.session,
         namespace=request.record_namespace,
         context_fingerprint=sig.context_fingerprint,

@@ -3,11 +3,21 @@
 Pools widen from the session to the caller's user, the tenant and everyone (``SCOPE_WIDTH``); a
 record is seen from its own pool and every wider one the intent's ``widen_to`` allows, and never
 across tenants below ``global``. Pure: the cache applies these to what the index and store return.
+
+The anonymous tenant (no key: proxy/core/identity.py) shares nothing, whatever the intent's
+``scope``, ``widen_to`` or ``repeats_widen_to`` say. Anyone can be anonymous, so its pools beyond
+the session would be everybody's: an anonymous caller reads its own session only (``reach``),
+its answers are written to the session alone (``write_scope``), and no keyed caller reads an
+anonymous record, whatever pool an older one was written to (``within``). An anonymous caller with
+neither a session header nor a user id (``Identity.indistinct``) cannot even be told apart from
+another person who opens with the same words, whose derived session is the same: it is served
+only an answer its own conversation already carries (``held``), an earlier turn's answer asked for
+again, never one its messages do not show it was given.
 """
 
 from __future__ import annotations
 
-from proxy.core.identity import Identity
+from proxy.core.identity import ANONYMOUS, Identity
 from proxy.core.model import Record, Signature
 from proxy.core.openai.request import ChatRequest
 from proxy.core.policy import IntentPolicy
@@ -15,7 +25,22 @@ from proxy.storage.base import IndexKey
 from proxy.storage.mirror import SCOPE_WIDTH
 from proxy.storage.vectors import Hits
 
-__all__ = ["PASTED_CHARS", "fits_limit", "nearest_of_both", "repeated", "visible", "write_scope"]
+__all__ = [
+    "PASTED_CHARS",
+    "fits_limit",
+    "held",
+    "nearest_of_both",
+    "reach",
+    "repeated",
+    "visible",
+    "write_scope",
+]
+
+
+def reach(who: Identity, scope: str) -> str:
+    """The widest pool this caller may search or write, for an intent that allows ``scope``: the
+    session alone for the anonymous tenant, which shares nothing."""
+    return "session" if who.anonymous else scope
 
 
 def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
@@ -24,9 +49,12 @@ def visible(record: IndexKey | Record, who: Identity, widen_to: str) -> bool:
 
 
 def within(record: IndexKey | Record, who: Identity, width: int) -> bool:
-    """Is the record in the caller's session, or in a pool of this width around the caller?"""
+    """Is the record in the caller's session, or in a pool of this width around the caller? An
+    anonymous record, or an anonymous caller, has its session and nothing wider."""
     if record.tenant == who.tenant and record.session == who.session:
         return True
+    if who.anonymous or record.tenant == ANONYMOUS:
+        return False
     if width >= SCOPE_WIDTH["global"]:
         return True
     if record.tenant != who.tenant:
@@ -42,6 +70,17 @@ def repeated(record: Record, sig: Signature, who: Identity, policy: IntentPolicy
     Its answer was written for exactly what this caller sent, so the pool it went to does not
     matter; it never crosses tenants."""
     return record.request_hash == sig.request_hash and within(record, who, SCOPE_WIDTH[policy.repeats_widen_to])
+
+
+def held(record: Record, who: Identity, request: ChatRequest) -> bool:
+    """May the record's answer go to this caller as far as telling callers apart goes? Always,
+    but to an ``indistinct`` caller, whose session another person may share: only an answer its
+    own conversation already carries (an assistant turn of the request), which tells it nothing
+    it was not given."""
+    if not who.indistinct:
+        return True
+    answer = record.answer_text.strip()
+    return any(m.role == "assistant" and m.text.strip() == answer for m in request.messages)
 
 
 PASTED_CHARS = 600  # a user turn this long carries the user's own text (a document, code, a letter)
@@ -68,13 +107,15 @@ def nearest_of_both(own: Hits, wider: Hits, k: int) -> Hits:
     return mine + [hit for hit in wider if hit[0] not in seen][:k]
 
 
-def write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest) -> str:
+def write_scope(policy: IntentPolicy, sig: Signature, request: ChatRequest, who: Identity) -> str:
     """The widest pool the answer may be served in. ``widen_to`` when the answer cannot depend on
     the user's own content: nobody is named, no user turn is pasted text, and the system-prompt
     version was computed from the prompt itself (one the caller asserted with the
     x-smartcache-system-version header could name another tenant's prompt and poison its pool).
     Otherwise ``scope``. Global also needs the intent marked safe, and never holds personal
-    answers: those stop at the tenant."""
+    answers: those stop at the tenant. An anonymous answer stays in its session."""
+    if who.anonymous:
+        return "session"
     asserted = sig.system_version_asserted
     pasted = any(len(m.text) > PASTED_CHARS for m in request.messages if m.role == "user")
     personal = bool(sig.tags.entities.people) or asserted or pasted

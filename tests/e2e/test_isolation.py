@@ -1,5 +1,6 @@
 """Scopes and tenant isolation through the real proxy: session, user, tenant and global pools,
-and an attack suite that must yield no cross-tenant hit.
+one key one tenant whatever carries it, an anonymous caller that shares nothing, and an attack
+suite that must yield no cross-tenant hit.
 
 One proxy serves the whole module (starting one costs seconds); every case asks with its own
 model name, and the cache only compares records of the same model, so cases cannot feed each
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import openai
 import orjson
 import pytest
@@ -31,7 +33,7 @@ from proxy.embedding.backends import SyncEmbedder
 from proxy.http import keys
 from proxy.http.app import create_app
 from proxy.settings import load_settings
-from tests.conftest import Proxy, Upstream
+from tests.conftest import Proxy, SettledTransport, Upstream
 from tests.e2e.test_lifecycle import write_policy
 from tests.scripted_upstream import Script, scripted_app
 
@@ -69,6 +71,9 @@ SCOPED_INTENTS = {
 }
 
 
+ADMIN_TOKEN = "isolation-admin-token"
+
+
 @dataclass
 class Stack:
     proxy: Proxy
@@ -100,6 +105,7 @@ async def stack(
             "ready_after": 0.0,
             "upstream_timeout": 5.0,
             "debug_headers": True,
+            "admin_token": ADMIN_TOKEN,
             "policy": write_policy(data / "policy.yaml", **SCOPED_INTENTS),
         },
     )
@@ -135,6 +141,11 @@ class Reply:
 
 def bearer(key: str, **headers: str) -> Caller:
     return Caller(auth=f"Bearer {key}", headers=headers)
+
+
+def anonymous(session: str) -> Caller:
+    """No key, in a session of its own: its answers are served within that session only."""
+    return Caller(headers={"x-smartcache-session": session})
 
 
 async def send(stack: Stack, who: Caller, text: str, *, model: str, stream: bool = False) -> Reply:
@@ -268,9 +279,12 @@ async def test_a_global_answer_serves_every_tenant(stack: Stack) -> None:
     first = await sdk_chat(stack.proxy.client("key-A"), text, model=model)
     assert (first.cache, first.intent) == ("miss", "after_sales")
     assert await record_scopes(stack, model) == ["global"]
-    for who in (bearer("key-B"), bearer("key-C", **{"x-smartcache-session": "g-9"}), Caller()):
+    for who in (bearer("key-B"), bearer("key-C", **{"x-smartcache-session": "g-9"})):
         reply = await send(stack, who, text, model=model)
         assert (reply.cache, reply.text) == ("hit", first.text), who.label()
+    # the anonymous tenant shares nothing, the global pool included
+    anonymous = await send(stack, Caller(headers={"x-smartcache-session": "g-anon"}), again(text), model=model)
+    assert anonymous.cache == "miss" and anonymous.text != first.text
 
 
 async def test_global_intent_answers_with_personal_context_stay_in_the_tenant(stack: Stack) -> None:
@@ -294,6 +308,164 @@ async def test_equivalent_spellings_of_one_key_are_one_tenant(stack: Stack) -> N
         who = Caller(auth=auth, headers=headers if auth else {**headers, "AUTHORIZATION": "Bearer key-S"})
         reply = await send(stack, who, again(text, n + 1), model=model)
         assert (reply.cache, reply.text) == ("hit", first.text), who.label()
+
+
+class Keyless(SettledTransport):
+    """The SDK always sends ``Authorization: Bearer <api_key>``; a client that authenticates by
+    another header (Azure's ``api-key``), or by none, sends no such header: it is taken off."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        del request.headers["Authorization"]
+        return await super().handle_async_request(request)
+
+
+def keyless_client(stack: Stack, **headers: str) -> openai.AsyncOpenAI:
+    """The official SDK with no Authorization header: ``headers`` carry the key, if any."""
+    return openai.AsyncOpenAI(
+        base_url=stack.proxy.base_url,
+        api_key="unsent",
+        max_retries=0,
+        timeout=30,
+        default_headers=headers or None,
+        http_client=httpx.AsyncClient(transport=Keyless(stack.proxy.settled), timeout=30),
+    )
+
+
+async def test_one_key_is_one_tenant_whatever_carries_it(stack: Stack) -> None:
+    """Issue 46.2: an answer written under ``api-key: K`` is K's, served to ``Bearer K`` and to
+    every other carrier of K (before: a tenant per carrier)."""
+    model, text = "m-carriers", "Tell me a joke about umbrellas."
+    first = await sdk_chat(keyless_client(stack, **{"api-key": "key-K"}), text, model=model)
+    assert (first.cache, first.intent) == ("miss", "chitchat")
+    calls = len(stack.upstream.script.calls)
+    via_bearer = await sdk_chat(stack.proxy.client("key-K"), again(text), model=model)
+    assert (via_bearer.cache, via_bearer.text) == ("hit", first.text)
+    for n, who in enumerate(
+        (
+            Caller(headers={"x-api-key": "key-K"}),
+            Caller(query="?api-key=key-K"),
+            Caller(auth="Token key-K"),
+            bearer("key-K", **{"api-key": "key-K"}),  # one key by two carriers is still one key
+        )
+    ):
+        reply = await send(stack, who, again(text, n % 4 + 1), model=model)
+        assert (reply.cache, reply.text) == ("hit", first.text), who.label()
+    assert len(stack.upstream.script.calls) == calls
+    # another key, by the same carriers, is another tenant
+    other = await sdk_chat(keyless_client(stack, **{"api-key": "key-L"}), again(text), model=model)
+    assert other.cache == "miss" and other.text != first.text
+
+
+async def admin_purge(stack: Stack, body: dict[str, str]) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    url = str(stack.proxy.server.make_url("/admin/tenants/purge"))
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        answer: dict[str, Any] = await resp.json()
+    return answer
+
+
+async def test_a_purge_by_key_removes_what_any_carrier_of_it_wrote(stack: Stack) -> None:
+    """Issue 46.2: a purge by ``api_key`` removed the Bearer form only; the ``x-api-key`` form was
+    still served. It removes too what the key wrote beside another key (their tenant is both's)."""
+    model, text = "m-purge", "Tell me a joke about violins."
+    first = await sdk_chat(keyless_client(stack, **{"x-api-key": "key-P"}), text, model=model)
+    assert first.cache == "miss"
+    served = await sdk_chat(stack.proxy.client("key-P"), again(text), model=model)
+    assert (served.cache, served.text) == ("hit", first.text)
+    beside = await send(stack, bearer("key-P", **{"api-key": "key-Q"}), text, model=model)
+    assert beside.cache == "miss"
+    bystander = await send(stack, bearer("key-Q"), text, model=model)
+    assert bystander.cache == "miss"
+    await stack.proxy.settled()
+
+    purged = await admin_purge(stack, {"api_key": "key-P"})
+    assert purged["tenant"] == stack.tenant("key-P") and len(purged["tenants"]) == 2 and purged["purged"] == 2
+    # the first ask of each tenant since the purge (the first writes the key's pool anew)
+    for who in (bearer("key-P"), bearer("key-P", **{"api-key": "key-Q"})):
+        reply = await send(stack, who, again(text, 3), model=model)
+        assert reply.cache == "miss" and reply.text not in (first.text, beside.text), who.label()
+    # key-Q alone was not revoked: its own answer stays
+    kept = await send(stack, bearer("key-Q"), again(text, 2), model=model)
+    assert (kept.cache, kept.text) == ("hit", bystander.text)
+
+
+async def test_feedback_with_bearer_reaches_an_answer_written_under_api_key(stack: Stack) -> None:
+    """Issue 46.2: tenant feedback sent with Bearer on an answer written under ``api-key`` was a
+    404; another key's feedback still is."""
+    model, text = "m-feedback-carrier", "Tell me a joke about trombones."
+    raw = await keyless_client(stack, **{"api-key": "key-F"}).chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+    )
+    completion_id = raw.parse().id
+    body = {"response_id": completion_id, "feedback": "negative"}
+    with pytest.raises(openai.NotFoundError):
+        await stack.proxy.client("key-G").post("/smartcache/feedback", body=body, cast_to=object)
+    answer = await stack.proxy.client("key-F").post("/smartcache/feedback", body=body, cast_to=object)
+    assert isinstance(answer, dict) and str(answer["cache_id"]).startswith("sc-")
+    record = await stack.proxy.app[keys.CACHE].store.get(str(answer["cache_id"]))
+    assert record is not None and record.tenant == stack.tenant("key-F") and record.feedback_score < 1.0
+
+
+PERSONAL = "I am Jane Porter, account number 4471-2290-1183: tell me a joke about my bank."
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # different users, different sessions
+        ({"x-smartcache-session": "anon-a1", "x-smartcache-user": "jane"},
+         {"x-smartcache-session": "anon-b1", "x-smartcache-user": "mallory"}),
+        # different body users, sessions derived
+        ({"user": "jane"}, {"user": "mallory"}),
+        # no session header, no user: nothing tells two such callers apart, not even their derived
+        # session, so neither is served what the other was answered
+        ({}, {}),
+    ],
+    ids=["users-and-sessions", "body-users", "indistinct"],
+)  # fmt: skip
+async def test_an_anonymous_answer_serves_no_other_anonymous_caller(
+    stack: Stack, first: dict[str, str], second: dict[str, str]
+) -> None:
+    """Issue 46.3: with no key, two requests with different users and sessions shared an answer
+    holding a name and an account number, and its lowercase rewording too."""
+    model = "m-anon-" + "-".join(sorted(first.values()) or ["none"])
+
+    def client(extra: dict[str, str]) -> tuple[openai.AsyncOpenAI, dict[str, Any]]:
+        headers = {k: v for k, v in extra.items() if k != "user"}
+        return keyless_client(stack, **headers), ({"user": extra["user"]} if "user" in extra else {})
+
+    one, one_kw = client(first)
+    victim = await sdk_chat(one, PERSONAL, model=model, **one_kw)
+    assert (victim.cache, victim.intent) == ("miss", "chitchat")
+    for n, text in enumerate((PERSONAL, PERSONAL.lower())):
+        # each another person (another user, another session): one's second ask would be its own repeat
+        two, two_kw = client({k: f"{v}-{n}" for k, v in second.items()})
+        calls = len(stack.upstream.script.calls)
+        reply = await sdk_chat(two, text, model=model, **two_kw)
+        assert reply.cache == "miss" and victim.text not in reply.text, text
+        assert len(stack.upstream.script.calls) == calls + 1
+    # written to its session only, which no keyed caller reads either
+    assert await record_scopes(stack, model) == ["session"] * 3
+    keyed = await sdk_chat(stack.proxy.client("key-A"), PERSONAL.upper(), model=model)
+    assert keyed.cache == "miss" and victim.text not in keyed.text
+    if first:  # a caller told apart is still served within its own conversation
+        replay = await sdk_chat(one, PERSONAL.rstrip(".") + "!", model=model, **one_kw)
+        assert (replay.cache, replay.text) == ("hit", victim.text)
+
+
+async def test_anonymous_callers_nothing_tells_apart_never_share_one_upstream_call(stack: Stack) -> None:
+    """Two such callers asking the same at once have one derived session: coalesced, the second
+    would be handed the first's answer."""
+    model = "m-anon-coalesce"
+    calls = len(stack.upstream.script.calls)
+    stack.upstream.script.delay = 0.3  # both in flight at once
+    try:
+        replies = await asyncio.gather(*(sdk_chat(keyless_client(stack), PERSONAL, model=model) for _ in range(2)))
+    finally:
+        stack.upstream.script.delay = 0.0
+    assert [r.cache for r in replies] == ["miss", "miss"] and replies[0].text != replies[1].text
+    assert len(stack.upstream.script.calls) == calls + 2
 
 
 # --- attacks ----------------------------------------------------------------------------------
@@ -342,18 +514,40 @@ def _attacks() -> list[Attack]:
             "Suggest an itinerary for Seville.",
         ),
         Attack("missing key", a, Caller(), joke.format("volcanoes")),
-        Attack("anonymous answer, keyed caller", Caller(), a, joke.format("glaciers")),
-        Attack("key in the query string", a, Caller(query="?api_key=key-A"), joke.format("owls")),
+        Attack("anonymous answer, keyed caller", anonymous("anon-v"), a, joke.format("glaciers")),
+        Attack(
+            "anonymous answer, another anonymous session",
+            anonymous("anon-1"),
+            anonymous("anon-2"),
+            joke.format("otters"),
+        ),
+        Attack(
+            "anonymous answer, another anonymous user",
+            Caller(body={"user": "alice"}),
+            Caller(body={"user": "bob"}),
+            joke.format("parrots"),
+        ),
         Attack(
             "query key beside another bearer",
             a,
             Caller(auth="Bearer key-B", query="?api_key=key-A&key=key-A"),
             joke.format("cactuses"),
         ),
+        Attack("bearer key beside another api-key", a, bearer("key-A", **{"api-key": "key-B"}), joke.format("moles")),
+        Attack(
+            "api-key beside another query key",
+            a,
+            Caller(headers={"x-api-key": "key-A"}, query="?key=key-B"),
+            joke.format("yaks"),
+        ),
+        Attack(
+            "two keys' answer, one of them",
+            bearer("key-A", **{"x-api-key": "key-B"}),
+            bearer("key-B"),
+            joke.format("koalas"),
+        ),
         Attack("key in the body", a, Caller(body={"api_key": "key-A"}), joke.format("submarines")),
         Attack("Basic scheme, same secret", a, Caller(auth="Basic key-A"), joke.format("kangaroos")),
-        Attack("Token scheme, same secret", a, Caller(auth="Token key-A"), joke.format("tractors")),
-        Attack("no scheme, bare key", a, Caller(auth="key-A"), joke.format("robots")),
         Attack("empty bearer", a, Caller(auth="Bearer "), joke.format("bakers")),
         Attack(
             "two other-scheme credentials",
@@ -543,7 +737,8 @@ async def test_racing_writes_from_several_tenants_stay_apart(stack: Stack) -> No
         ("Bearer k1", "Bearer k2", False),
         ("Bearer k1", "Bearer K1", False),
         ("Bearer k1", "Basic k1", False),
-        ("Bearer k1", "k1", False),
+        ("Bearer k1", "k1", True),  # a bare key: the header's value is the key itself
+        ("Bearer k1", "Token k1", True),
         ("Basic k1", "basic k1", True),
         ("Basic k1", "Basic k2", False),
         ("Basic k1", "Token k1", False),
