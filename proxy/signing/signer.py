@@ -20,7 +20,7 @@ from proxy.core.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD
 from proxy.core.openai.request import ChatRequest
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import Entities, extract_entities, merge_entities
-from proxy.core.text.lexical import all_known, names_in, spelled_out, statements
+from proxy.core.text.lexical import all_known, asked_before, names_in, spelled_out, statements
 from proxy.core.text.normalize import Cutter, NormalText, default_segmenter, fold_space
 from proxy.core.text.phrases import change_instruction
 from proxy.embedding.batching import BatchingEmbedder
@@ -197,7 +197,8 @@ class ContextSigner:
         return sig
 
     def _restated_answer(self, history: Sequence[Turn], current: NormalText) -> str:
-        """lexical.restates, reading the conversation only once the words make it possible."""
+        """lexical.restates, reading the conversation only once the words make it possible: the
+        answer the user saw to the previous turn, or "" when this turn does not restate it."""
         users = [i for i, m in enumerate(history) if m.role == "user"]
         if not users:
             return ""
@@ -209,6 +210,8 @@ class ContextSigner:
         if not added or after is None:
             return ""
         context: list[str] = [history[i].norm for i in users[:-1]]
+        if asked_before(current, context, self.cuts):
+            return ""
         # the stated facts of the reply the previous turn answered. Not those of the answer to it:
         # a word taken from that answer picks among what it offered ("a cheap restaurant" ->
         # "There are Italian and Indian ones" -> "a cheap Italian restaurant"), a narrower request

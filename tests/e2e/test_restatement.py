@@ -254,3 +254,56 @@ async def test_the_turn_restated_stays_a_candidate_when_other_sessions_hold_near
         d = decide(found.ready, sig, policy)
         assert (d.status, d.reason) == (Status.HIT, "restatement")
         assert d.record is not None and d.record.answer_text == BOOKED
+
+
+# An acknowledgement asks nothing, so nothing restates it (the rule: tests/core/text/test_lexical.py):
+# the turn after it that asks an earlier question again is that question, never the acknowledgement.
+ACKNOWLEDGEMENTS = ["great", "cool", "nice", "really?", "good", "Got it, thanks!", "很好", "嗯", "对", "好的", "知道了"]
+FRANCE = "What is the capital of France?"
+TRANSLATE = "请把这句话翻译成英文：今天天气很好。"
+HALF_WIDTH = "请把这句话翻译成英文:今天天气很好."
+
+
+async def test_the_signer_restates_no_acknowledgement(parts: Parts) -> None:
+    restated = []
+    for ack in ACKNOWLEDGEMENTS:
+        framed = ack.rstrip("!?.")
+        for asked, again in (
+            (FRANCE, f"{framed}, what is the capital of France?"),
+            ("Write a short poem about the sea", f"{framed}, write a short poem about the sea"),
+            (TRANSLATE, TRANSLATE),
+            (TRANSLATE, HALF_WIDTH),
+            ("中国的首都是哪里？", f"{framed}，中国的首都是哪里？"),
+        ):
+            sig = await sign(parts, asked, f"Answer #1 to: {asked}", ack, f"Answer #2 to: {ack}", again)
+            if sig.restates_previous:
+                restated.append((ack, again))
+    assert restated == []
+
+
+@pytest.mark.parametrize(
+    ("asked", "ack", "again"),
+    [
+        (FRANCE, "great", "Great, what is the capital of France?"),
+        (FRANCE, "really?", "Really? What is the capital of France?"),
+        (TRANSLATE, "好的", HALF_WIDTH),
+        (TRANSLATE, "好的", TRANSLATE),
+    ],
+)
+async def test_a_question_asked_again_after_an_acknowledgement_is_never_served_its_answer(
+    make_proxy: ProxyFactory, upstream: Upstream, asked: str, ack: str, again: str
+) -> None:
+    """Through the proxy under the shipped policy, which reads restatements: the scripted upstream
+    names the turn each answer answers, so the acknowledgement's answer is told from the question's.
+    A hit may only be the question's own answer; a miss is the safe side."""
+    proxy = await make_proxy()
+    client = proxy.client(**{"x-smartcache-session": "ack"})
+    history = [{"role": "user", "content": asked}]
+    _, first, _ = await chat(client, history)
+    history += [{"role": "assistant", "content": first}, {"role": "user", "content": ack}]
+    _, acknowledged, _ = await chat(client, history)
+    assert first != acknowledged
+    history += [{"role": "assistant", "content": acknowledged}, {"role": "user", "content": again}]
+    status, served, raw = await chat(client, history)
+    assert served != acknowledged, raw.headers
+    assert status != "hit" or served == first, raw.headers

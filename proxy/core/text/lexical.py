@@ -9,6 +9,8 @@
 - *Restatements*: "San Mateo." after "what will the temperature be next week?", then "What will
   the temperature be next week in San Mateo?" asks the elliptical turn again, spelled out. Its
   question vector is far from "San Mateo." though the request is the same; the words show it.
+  An acknowledgement ("great", "好的", "really?") asks nothing, so nothing restates it: a turn
+  after it that asks an earlier question again is that question, not the acknowledgement.
 """
 
 from __future__ import annotations
@@ -230,6 +232,46 @@ def _token_set(text: str, segmenter: Cutter | None) -> set[str]:
 _ATTACHING_EN = _words("about with from by called named located")
 
 
+# Words that only take in what was said: receipts, reactions, thanks. A turn of nothing else
+# ("great", "Got it, thanks!", "really?", "很好", "嗯", "知道了") asks nothing: no request of its own
+# is left to spell out, and its words, kept in a later turn ("Great, what is …?", the 好 of "今天天气
+# 很好"), are framing or coincidence, not what that turn asks.
+_ACKNOWLEDGING = _words(
+    "great cool nice good really got thanks thank thx ty fine right alright awesome perfect excellent "
+    "wonderful lovely amazing interesting wow oh ah aha hmm hm huh uh um yeah yep yup nope nah gotcha "
+    "understood noted see cheers sweet neat brilliant fantastic super true indeed exactly agreed sounds "
+    "makes sense fair enough know so much very lot well done lol haha that's "
+    "好 很 挺 非常 嗯 对 行 哦 噢 喔 哇 知道 明白 了解 清楚 懂 收到 不错 厉害 真棒 太棒了 太好了 好滴 那好 "
+    "酷 赞 谢谢 感谢 多谢 没错 确实 真的 原来 原来如此 哈哈 呵呵 嘿嘿"
+)
+
+
+def asks_nothing(text: str, segmenter: Cutter | None = None) -> bool:
+    """Is the turn only an acknowledgement or pointers ("great", "Yes, please.", "好的", "嗯，知道了"):
+    no content word of its own that a later turn could spell out?"""
+    return all(_pointer(w) or w in _ACKNOWLEDGING for w in tokens(text, segmenter))
+
+
+_END_MARKS = re.compile(r"[\s,，、:：;；.。!！?？~～…]+$")
+_CLAUSE_MARK = re.compile(r"\s*[,，、:：;；.。!！?？~～…]")
+
+
+def _worked_in(previous: str, current: str, segmenter: Cutter | None) -> list[str]:
+    """The words of ``current`` that can spell ``previous`` out: all of them, unless ``current``
+    opens with the whole previous turn said again as a clause of its own ("Awesome, what is the
+    capital of France?" after "Awesome!"). That opening is the turn repeated, then another request
+    (often one asked before): only what follows it counts, so whatever the acknowledgement, its
+    words must recur there. Read from the words the turn was cut into once."""
+    words = tokens(current, segmenter)
+    said = _END_MARKS.sub("", previous.strip().lower())
+    lowered = current.strip().lower()
+    if said and lowered.startswith(said) and _CLAUSE_MARK.match(lowered, len(said)):
+        opening = tokens(previous, segmenter)
+        if words[: len(opening)] == opening:
+            return words[len(opening) :]
+    return words
+
+
 def spelled_out(
     previous: str, current: str, segmenter: Cutter | None = None, *, names_nothing: bool = False
 ) -> set[str]:
@@ -237,13 +279,22 @@ def spelled_out(
     empty when it is no such spelling-out (then no context need be read). ``previous`` must lean
     on the conversation: elliptical or anaphoric (``context_dependent``), or, per the caller's
     ``names_nothing``, naming no place, product, person or number of its own ("Can you pick a
-    quick route for me?": to where?). Pointers ("there", "their", "yes", "它") are dropped from
-    both sides: a restatement replaces them with what they point to, or keeps them."""
-    if not (names_nothing or context_dependent(previous, segmenter)):
+    quick route for me?": to where?); and it must ask something (``asks_nothing``: not an
+    acknowledgement). Pointers ("there", "their", "yes", "它") are dropped from both sides: a
+    restatement replaces them with what they point to, or keeps them."""
+    if asks_nothing(previous, segmenter) or not (names_nothing or context_dependent(previous, segmenter)):
         return set()
     before = {w for w in _token_set(previous, segmenter) if not _pointer(w)}
-    now = {w for w in _token_set(current, segmenter) if not _pointer(w)}
+    now = {_stem(w) for w in _worked_in(previous, current, segmenter) if not _pointer(_stem(w))}
     return {w for w in now - before if w not in _ATTACHING_EN} if before and before <= now else set()
+
+
+def asked_before(current: str, earlier: Sequence[str], segmenter: Cutter | None = None) -> bool:
+    """Does one of the ``earlier`` user turns hold every content word of ``current``? Then
+    ``current`` asks that turn again, whatever it shares with the turn just before it: after
+    "好的", "请把这句话翻译成英文：今天天气很好。" keeps the 好 by chance, not by spelling it out."""
+    now = {w for w in _token_set(current, segmenter) if not _pointer(w)}
+    return bool(now) and any(now <= _token_set(text, segmenter) for text in earlier)
 
 
 _NAME_EN = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z][a-z]+|[A-Z]{2,})\b")
@@ -312,13 +363,15 @@ def restates(
     segmenter: Cutter | None = None,
     *,
     names_nothing: bool = False,
+    earlier: Sequence[str] = (),
 ) -> bool:
     """``current`` spells out the ``previous`` turn that leaned on the conversation (see
     ``spelled_out``): it keeps every content word of it and adds only words the conversation
     already holds (``context``: earlier user turns and the stated facts of the replies around
-    ``previous``). Anything new (another city, a negation, "instead") makes it another request."""
+    ``previous``). Anything new (another city, a negation, "instead") makes it another request;
+    so does asking one of the ``earlier`` user turns again (``asked_before``)."""
     added = spelled_out(previous, current, segmenter, names_nothing=names_nothing)
-    return bool(added) and all_known(added, context, segmenter)
+    return bool(added) and not asked_before(current, earlier, segmenter) and all_known(added, context, segmenter)
 
 
 _NEGATION_ZH = ("不", "没", "别", "无", "非", "未", "勿", "莫")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.text.lexical import (
+    asks_nothing,
     names_differ,
     names_in,
     numbers_reordered,
@@ -243,6 +244,72 @@ def test_a_short_answer_to_a_question_for_a_slot_is_restated_with_the_slot() -> 
     assert not restates("I don't care.", "I don't care about what kind of Thai food.", context)
     offered = ["I need a restaurant in the south part of town", statements("How about Thai food?")]
     assert not restates("I don't care.", "I don't care about Thai food.", offered)
+
+
+# An acknowledgement asks nothing (asks_nothing): nothing restates it, whichever of its words a
+# later turn keeps, as framing ("Great, what is …?" after "great") or by chance (the 好 of "今天天气很
+# 好" after "好的"). Every short turn users answer a reply with, in both languages, before a factual
+# question, a translation and a writing request asked again.
+ACKNOWLEDGEMENTS = ["great", "cool", "nice", "really?", "good", "Got it, thanks!", "很好", "嗯", "对", "好的", "知道了"]
+FRANCE = "What is the capital of France?"
+TRANSLATE = "请把这句话翻译成英文：今天天气很好。"
+ASKED_AGAIN = [
+    (FRANCE, "{ack}, what is the capital of France?"),
+    ("Translate 'good morning' into French", "{ack}, translate 'good morning' into French"),
+    ("Write a short poem about the sea", "{ack}, write a short poem about the sea"),
+    (TRANSLATE, TRANSLATE),  # byte for byte
+    (TRANSLATE, "请把这句话翻译成英文:今天天气很好."),  # half-width punctuation
+    ("中国的首都是哪里？", "{ack}，中国的首都是哪里？"),
+    ("写一首关于秋天的短诗", "{ack}，写一首关于秋天的短诗"),
+]
+
+
+@pytest.mark.parametrize("ack", ACKNOWLEDGEMENTS)
+@pytest.mark.parametrize(("asked", "again"), ASKED_AGAIN)
+def test_an_acknowledgement_is_never_restated(ack: str, asked: str, again: str) -> None:
+    current = again.format(ack=ack.rstrip("!?."))
+    assert asks_nothing(ack)
+    assert not restates(ack, current, [asked, statements(f"Answer to: {asked}")])
+
+
+@pytest.mark.parametrize(
+    ("turn", "nothing"),
+    [
+        ("Yes, please.", True),  # pointers alone
+        ("Sounds good, thank you so much!", True),
+        ("嗯，知道了，谢谢", True),
+        ("Five days.", False),
+        ("I don't care.", False),
+        ("May I have the phone number?", False),
+        ("What about Chinese?", False),
+        ("明天上午。", False),
+    ],
+)
+def test_asks_nothing_is_true_of_acknowledgements_and_pointers_alone(turn: str, nothing: bool) -> None:
+    assert asks_nothing(turn) is nothing
+
+
+def test_a_turn_said_again_before_another_request_is_not_worked_into_it() -> None:
+    """Whatever the acknowledgement (one no word list names), a turn that opens with it said again
+    as a clause of its own asks what follows, where its words must recur. The price: a slot's
+    value said first ("San Mateo, what will …?") is judged by similarity, not as a restatement."""
+    assert not asks_nothing("Splendid!")
+    assert not restates("Splendid!", "Splendid, what is the capital of France?", [FRANCE])
+    assert restates("Tomorrow.", "Tomorrow. How cold will it get in Oslo tomorrow?", OSLO)
+    weather = ["what will the temperature be next week?"]
+    assert restates("San Mateo.", "What will the temperature be next week in San Mateo?", weather)
+    assert not restates("San Mateo.", "San Mateo, what will the temperature be next week?", weather)
+
+
+def test_an_earlier_question_asked_again_restates_nothing() -> None:
+    """A turn whose words an earlier user turn all holds asks that turn again, whatever it keeps of
+    the turn just before it by chance."""
+    sunny = "Translate into French: five days of sun"
+    assert restates("Five days.", sunny, [sunny])  # by the words alone
+    assert not restates("Five days.", sunny, [sunny], earlier=[sunny])
+    ski = "I need a packing list for a ski trip"
+    restated = "I need a packing list for a five day ski trip"
+    assert restates("Five days.", restated, [ski, statements("How many days will you stay?")], earlier=[ski])
 
 
 @pytest.mark.parametrize(
