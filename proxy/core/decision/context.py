@@ -13,7 +13,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from proxy.core.decision.change import ChangeVerdict, detect_change
-from proxy.core.model import QUESTION_CHARS, REPLY_HEAD_CHARS, Candidate, Decision, Reason, Signature, Status
+from proxy.core.model import (
+    PREVIOUS_QUESTION_CHARS,
+    QUESTION_CHARS,
+    REPLY_HEAD_CHARS,
+    Candidate,
+    Decision,
+    Reason,
+    Record,
+    Signature,
+    Status,
+)
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import entities_conflict
@@ -132,6 +142,12 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
     return None
 
 
+def _asked_in(record: Record, asked: str) -> bool:
+    """Was the record's turn asked in these words (a turn as written, cut and folded as the
+    signature holds the previous one)?"""
+    return fold_space(record.coarse_tags.question_raw[:PREVIOUS_QUESTION_CHARS]) == asked
+
+
 @dataclass(frozen=True)
 class DecisionContext:
     """What every stage reads: the request, its policy, the candidates and the verifier's
@@ -175,18 +191,22 @@ class DecisionContext:
     def words_restated(self) -> Candidate | None:
         """A spelled-out restatement of the previous, elliptical turn is that turn's request: its
         words show it where the vectors cannot ("San Mateo." vs the full question). The record must
-        hold the very answer the user saw to that turn: a derived session id can join two
-        conversations that opened alike. The score zones are for judging by similarity; every other
-        net still runs."""
+        be that turn's own: asked in its words, holding the very answer the user saw to it (a
+        derived session id can join two conversations that opened alike). The score zones are for
+        judging by similarity; every other net still runs."""
         if not (self.policy.restatement and self.sig.restates_previous):
             return None
-        answer = self.sig.restated_answer
-        return self._once("words_restated", lambda: self._previous_turn_answering(lambda t: fold_space(t) == answer))
+        answer, asked = self.sig.restated_answer, fold_space(self.sig.previous_question)
+        return self._once(
+            "words_restated",
+            lambda: self._previous_turn_answering(lambda t: fold_space(t) == answer, asked=asked),
+        )
 
-    def _previous_turn_answering(self, saw: Callable[[str], bool]) -> Candidate | None:
-        """The session's previous turn, if its record holds the answer the user saw (``saw``).
-        The intent filter does not apply: the classifier may well name the two wordings of one
-        request differently; an entity conflict still drops the record."""
+    def _previous_turn_answering(self, saw: Callable[[str], bool], *, asked: str | None = None) -> Candidate | None:
+        """The session's previous turn, if its record holds the answer the user saw (``saw``) and,
+        given ``asked`` (that turn as written, cut as ``Signature.previous_question`` is), was asked
+        in those words. The intent filter does not apply: the classifier may well name the two
+        wordings of one request differently; an entity conflict still drops the record."""
         return next(
             (
                 f.candidate
@@ -195,6 +215,7 @@ class DecisionContext:
                 and f.candidate.same_session
                 and f.candidate.turn_gap == 1
                 and saw(f.candidate.record.answer_text)
+                and (asked is None or _asked_in(f.candidate.record, asked))
             ),
             None,
         )

@@ -260,7 +260,9 @@ CASES = [
         Status.HIT,
         [make_candidate(0.5, record=make_record("Five days."), same_session=True, turn_gap=1)],
         sig=make_sig(
-            "I need a packing list for a five day ski trip", restated_answer="Hold the reset button for ten seconds."
+            "I need a packing list for a five day ski trip",
+            restated_answer="Hold the reset button for ten seconds.",
+            previous_question="Five days.",
         ),
         policy=make_policy(restatement=True),
     ),
@@ -446,9 +448,22 @@ def test_the_previous_turn_asked_again_still_meets_every_later_net() -> None:
 
 def test_a_restatement_its_words_show_is_not_asked_about() -> None:
     policy = make_policy(verify_previous=0.9, restatement=True)
-    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN, restated_answer=SEEN)
+    sig = make_sig(ASKED_AGAIN, previous_reply_head=SEEN, restated_answer=SEEN, previous_question="Five days.")
     assert candidates_to_verify([previous_turn()], sig, policy) == []
     assert decide([previous_turn()], sig, policy).reason is Reason.RESTATEMENT
+
+
+def test_a_restatement_is_served_only_the_record_of_the_turn_it_restates() -> None:
+    """The record must be the restated turn's own: asked in its words (as written, spaces aside)
+    and holding the answer the user saw. The record of another turn with the same answer ("great",
+    answered alike) is judged by similarity, where it is far below the floor."""
+    policy = make_policy(restatement=True)
+    sig = make_sig(ASKED_AGAIN, restated_answer=SEEN, previous_question="Five  days.")
+    assert decide([previous_turn()], sig, policy).reason is Reason.RESTATEMENT
+    d = decide([previous_turn(question="great")], sig, policy)
+    assert (d.status, d.reason) == (Status.MISS, Reason.BELOW_CANDIDATE)
+    d = decide([previous_turn(question="great"), previous_turn(cache_id="own")], sig, policy)
+    assert (d.reason, d.record and d.record.cache_id) == (Reason.RESTATEMENT, "own")
 
 
 def test_both_levels_ask_about_the_previous_turn_and_the_best_candidate_once_each() -> None:
