@@ -70,6 +70,7 @@ SCRIPTS = (
     Script("bench_gptcache"),
     Script("bench_store"),
     Script("bench_never_cache"),
+    Script("bench_intent"),
     Script("bench_replicas"),
     Script("bench_verifier"),
     Script("bench_domains"),
@@ -221,6 +222,24 @@ def _never_cache(r: Mapping[str, Any]) -> str:
     )
 
 
+def _intent(r: Mapping[str, Any]) -> str:
+    def precision(name: str) -> str:
+        rows = r[f"per_intent ({name})"].items()
+        return ", ".join(f"{i} {fmt(v['precision'], 2)}" for i, v in rows if v["precision"] is not None)
+
+    parts = [
+        f"{name} accuracy {fmt(r['sets'][name]['accuracy'], 3)}, precision {precision(name)}"
+        for name in ("shared", "hand-written")
+    ]
+    if "dev_traces" in r:
+        d = r["dev_traces"]
+        rates = ", ".join(f"{c} {fmt(v['never_cached_rate'], 3)}" for c, v in r["dev_traces by category"].items())
+        parts.append(
+            f"dev traces never-cached {rates}; no_hit caught {d['no_hit_read_as_never_cached']}/{d['no_hit_turns']}"
+        )
+    return "; ".join(parts)
+
+
 def _verifier(r: Mapping[str, Any]) -> str:
     parts = []
     for name, row in r["sets"].items():
@@ -261,6 +280,7 @@ HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "bench_long_history": _long_history,
     "bench_view_length": _view_length,
     "bench_never_cache": _never_cache,
+    "bench_intent": _intent,
     "bench_verifier": _verifier,
     "bench_domains": _domains,
     "bench_router": _router,
