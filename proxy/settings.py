@@ -133,6 +133,15 @@ class Settings:
     verify_max_batch: int = 16
     verify_max_pending: int = 64  # verifications waiting; beyond it a lookup half-hits instead of queueing
     verify_timeout_ms: float = 1000.0  # 0: wait for every verdict (offline replay and calibration)
+    # the judge (docs/architecture.md, "The judge"): the model behind the proxy reads the gray zone
+    # of the intents whose policy sets `judge`, once it has passed its exam. The upstream and the
+    # request's model by default; a judge URL and model of its own (a smaller model on the engine)
+    judge: bool = True
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_max_concurrent: int = 8  # judge calls in flight; over it a gray-zone request is a plain miss
+    judge_timeout: float = 5.0
+    judge_exam_interval: float = 3600.0  # seconds between a model's exams
 
     @property
     def policy_file(self) -> Path:
@@ -189,6 +198,9 @@ def _validate(s: Settings, source_of: Callable[[str], str]) -> None:
         ("redis_url", s.redis_url.startswith(("redis://", "rediss://", "unix://")), "a redis:// URL"),
         ("redis_vector_search", s.redis_vector_search in ("auto", "off"), "auto or off"),
         ("race_upstream", s.race_upstream in ("auto", "on", "off"), "auto, on or off"),
+        ("judge_max_concurrent", s.judge_max_concurrent >= 1, ">= 1"),
+        ("judge_timeout", s.judge_timeout > 0, "> 0 seconds"),
+        ("judge_exam_interval", s.judge_exam_interval > 0, "> 0 seconds"),
         ("ready_after", s.ready_after >= 0, ">= 0 seconds (0 promotes at once)"),
         ("max_body_bytes", s.max_body_bytes >= 1024, ">= 1024"),
         ("max_messages", s.max_messages >= 1, ">= 1"),

@@ -4,6 +4,7 @@ test sets per call (answer, error, delay, cut stream), and which records what it
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,27 @@ class Script:
     # the calls now waiting on ``hold``, so a test can see which of them their clients have left
     waiting: list[web.Request] = field(default_factory=list)
 
+    # judge requests (x-smartcache-judge), answered as the replay harness's oracle does and kept
+    # apart from ``calls``: the cached answer is right when it is the one this script gives the new
+    # request; a seeded false yes / false no per pair at these rates
+    judge_error: float = 0.0
+    judge_miss: float = 0.0
+    judge_delay: float = 0.0
+    judge_calls: list[dict[str, Any]] = field(default_factory=list)
+    exam_calls: int = 0
+
+    def judge_says(self, body: dict[str, Any], exam: str | None, expect: str) -> bool:
+        msgs = body["messages"]
+        if exam is not None:
+            same, pair = expect == "yes", json.dumps(msgs, sort_keys=True)
+        else:
+            users = [m.get("content") for m in msgs if m.get("role") == "user"]
+            new, cached = str(users[-2]) if len(users) >= 2 else "", str(msgs[-2].get("content"))
+            same = self.answers.get(new, "").strip() == cached.strip() or cached.endswith(f" to: {new}")
+            pair = f"{new}|{cached}"
+        u = int(hashlib.sha1(f"7|{pair}".encode()).hexdigest()[:8], 16) / 2**32
+        return (u >= self.judge_miss) if same else (u < self.judge_error)
+
     def answer_for(self, body: dict[str, Any]) -> str:
         users = [m["content"] for m in body["messages"] if m.get("role") == "user"]
         last = users[-1] if users else ""
@@ -54,6 +76,8 @@ def _usage(body: dict[str, Any], text: str) -> dict[str, Any]:
 def scripted_app(script: Script) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if "x-smartcache-judge" in request.headers:
+            return await _judge(request, body)
         script.calls.append(body)
         script.headers.append(dict(request.headers))
         script.queries.append(request.rel_url.raw_query_string)
@@ -125,6 +149,26 @@ def scripted_app(script: Script) -> web.Application:
                 "model": body["model"],
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": _usage(body, text),
+            }
+        )
+
+    async def _judge(request: web.Request, body: dict[str, Any]) -> web.Response:
+        exam = request.headers["x-smartcache-judge"] if request.headers["x-smartcache-judge"] == "exam" else None
+        if exam is None:
+            script.judge_calls.append(body)
+        else:
+            script.exam_calls += 1
+        if script.judge_delay:
+            await asyncio.sleep(script.judge_delay)
+        word = "yes" if script.judge_says(body, exam, request.headers.get("x-smartcache-expect", "")) else "no"
+        return web.json_response(
+            {
+                "id": "chatcmpl-judge",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": word}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
             }
         )
 

@@ -140,6 +140,9 @@ class RecordTags:
     # which makes the record another conversation's to every request
     history: str | None = None
     cut_at: int | None = None  # the token limit the engine cut its answer at, if it did
+    # the record whose answer the judge approved for this wording: an alias is served to its own
+    # wording (and its restatements) only, is never judged for another, and dies with its record
+    alias_of: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -158,6 +161,8 @@ class RecordTags:
             out["history"] = self.history
         if self.cut_at is not None:
             out[CUT_AT] = self.cut_at
+        if self.alias_of is not None:
+            out["alias_of"] = self.alias_of
         return out
 
     @classmethod
@@ -176,6 +181,7 @@ class RecordTags:
             previous_reply_head=str(data.get("previous_reply_head", "")),
             history=None if history is None else str(history),
             cut_at=cut_at if isinstance(cut_at, int) else None,
+            alias_of=str(data["alias_of"]) if data.get("alias_of") else None,
         )
 
 
@@ -357,6 +363,11 @@ class Reason(StrEnum):
     RESTATEMENT = "restatement"
     # the pair verifier read the request as the session's previous turn asked again
     VERIFIED_PREVIOUS = "verified_previous"
+    # the model behind the proxy read the cached answer and said it answers this request
+    JUDGED = "judged"
+    # the judge said no to every candidate it read, or its verdict came after the deadline
+    JUDGE_REFUSED = "judge_refused"
+    JUDGE_LATE = "judge_late"
     # an identical request in flight shared its upstream answer (proxy.upstream.coalesce)
     COALESCED = "coalesced"
 

@@ -22,7 +22,7 @@ import yaml
 
 from proxy.core.errors import ConfigError
 from proxy.core.model import SCOPES, Scope
-from proxy.core.policy_values import CONVERTERS, BadValue, Check, describe, type_name
+from proxy.core.policy_values import CONVERTERS, BadValue, Check, JudgeMode, describe, type_name
 from proxy.core.policy_yaml import strict_yaml, yaml_reason
 
 GENERAL = "general"
@@ -40,6 +40,11 @@ _OPTIONAL_DEFAULTS = (
     "verify_accept",
     "verify_previous",
     "verify_top",
+    "judge",
+    "judge_top",
+    "judge_floor",
+    "judge_deadline_ms",
+    "judge_verify",
 )
 # Keys that once meant something and now do nothing: read with a warning, so old files still load.
 _DEPRECATED: Mapping[str, str] = MappingProxyType(
@@ -56,6 +61,11 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "verify_accept": None,
         "verify_previous": None,
         "verify_top": 3,
+        "judge": "off",
+        "judge_top": 2,
+        "judge_floor": None,
+        "judge_deadline_ms": 800,
+        "judge_verify": None,
         "exemplars": (),
         "keywords": (),
         "force": False,
@@ -107,9 +117,32 @@ class IntentPolicy:
     # is served the answer the first one got, whatever pool that answer was written to
     # (proxy.service.cache); "session": only the pools above, as for any other request
     repeats_widen_to: Scope = "session"
+    # who decides what the scores cannot (docs/architecture.md, "The judge"): "off"; "race": the
+    # forward and the judge start together and a yes before `judge_deadline_ms` serves the cached
+    # answer; "async": forwarded, and a yes makes the wording an alias of the record for next time
+    judge: JudgeMode = "off"
+    # how many candidates that passed every net the judge reads, best first
+    judge_top: int = 2
+    # the score a candidate needs to reach the judge; None: `candidate`
+    judge_floor: float | None = None
+    # how long a raced forward's first bytes wait for the verdict
+    judge_deadline_ms: int = 800
+    # None: the judge reads the nearest candidates that passed every net. A probability: the pair
+    # verifier reads the nearest `verify_top` of them first, and only those it scores at least this
+    # reach the judge, in its order
+    judge_verify: float | None = None
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
+
+    @property
+    def judge_score_floor(self) -> float:
+        return self.candidate if self.judge_floor is None else self.judge_floor
+
+    @property
+    def judges(self) -> bool:
+        """Does the judge read this intent's gray zone? Never where only exact repeats may serve."""
+        return self.cache and self.judge != "off" and self.direct_hit
 
     @property
     def shares_repeats(self) -> bool:
@@ -144,6 +177,11 @@ class Policy:
     source: str = "<memory>"
     # The embedding pack the thresholds were calibrated under; None: not declared (any pack).
     embedding_model: str | None = None
+
+    @property
+    def judges(self) -> bool:
+        """Does the judge read any intent's gray zone?"""
+        return any(i.judges for i in self.intents.values())
 
     def for_intent(self, name: str) -> IntentPolicy:
         return self.intents.get(name) or self.intents[GENERAL]

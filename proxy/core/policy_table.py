@@ -28,6 +28,11 @@ COLUMNS: Final[Mapping[str, str]] = {
     "widen_to": "pools",
     "global_safe": "global_safe",
     "repeats_widen_to": "repeats",
+    "judge": "judge",
+    "judge_top": "judge",
+    "judge_floor": "judge",
+    "judge_verify": "judge",
+    "judge_deadline_ms": "judge",
     "keywords": "keywords",
     "force": "keywords",
     "exemplars": "exemplars",
@@ -48,7 +53,7 @@ def policy_table(policy: Policy) -> list[dict[str, str]]:
 
 
 def _table_row(intent: IntentPolicy) -> dict[str, str]:
-    verified = intent.verify_accept is not None
+    verified = intent.verify_accept is not None or (intent.judges and intent.judge_verify is not None)
     cached = {
         "accept": _threshold(intent.accept),
         "candidate": _threshold(intent.candidate),
@@ -63,6 +68,7 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "pools": "→".join(intent.pools),
         "global_safe": _yes(intent.global_safe),
         "repeats": intent.repeats_widen_to,
+        "judge": _judge(intent),
     }
     return {
         "intent": intent.name,
@@ -71,6 +77,19 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "keywords": f"{len(intent.keywords)}{' (force)' if intent.force else ''}",
         "exemplars": str(len(intent.exemplars)),
     }
+
+
+def _judge(intent: IntentPolicy) -> str:
+    """``race ≥0.7 top 2 v≥0.9 800ms``: the mode, the score floor, how many it reads, the
+    verifier's level before it, and a race's deadline."""
+    if not intent.judges:
+        return "off"
+    parts = [intent.judge, f"≥{_threshold(intent.judge_score_floor)}", f"top {intent.judge_top}"]
+    if intent.judge_verify is not None:
+        parts.append(f"v≥{_threshold(intent.judge_verify)}")
+    if intent.judge == "race":
+        parts.append(f"{intent.judge_deadline_ms}ms")
+    return " ".join(parts)
 
 
 def _yes(value: bool) -> str:

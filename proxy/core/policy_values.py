@@ -14,6 +14,10 @@ Check = Literal["budget", "dates", "counts", "entities"]
 
 CHECKS: tuple[Check, ...] = get_args(Check)
 
+JudgeMode = Literal["off", "async", "race"]
+
+JUDGE_MODES: tuple[JudgeMode, ...] = get_args(JudgeMode)
+
 
 class BadValue(ConfigError):
     """One value's problem, before it learns its file and key."""
@@ -31,6 +35,10 @@ def _as_unit(value: Any) -> float:
     if not 0.0 <= value <= 1.0:
         raise BadValue(f"{value} is outside [0, 1]; cosine thresholds and scores lie between 0 and 1")
     return float(value)
+
+
+def _as_optional_unit(value: Any) -> float | None:
+    return None if value is None else _as_unit(value)
 
 
 def _as_probability(value: Any) -> float | None:
@@ -101,6 +109,11 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "verify_accept": _as_probability,
         "verify_previous": _as_probability,
         "verify_top": _as_positive_int,
+        "judge": _choice(JUDGE_MODES),
+        "judge_top": _as_positive_int,
+        "judge_floor": _as_optional_unit,
+        "judge_deadline_ms": _as_positive_int,
+        "judge_verify": _as_probability,
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,

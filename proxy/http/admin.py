@@ -102,8 +102,22 @@ async def stats(request: web.Request) -> web.Response:
             "answer_bytes": await cache.store.answer_bytes(),
             "policy_version": request.app[keys.POLICY_BOX].policy.version,
             "embedder_model_calls": request.app[keys.EMBEDDER].model_calls,
+            "judge": _judge_stats(request),
         }
     )
+
+
+def _judge_stats(request: web.Request) -> dict[str, object] | None:
+    judging = request.app[keys.CHAT].judging
+    if judging is None:
+        return None
+    counts = judging.judge.counts
+    return {
+        "models": judging.qualification.standings(),
+        "calls": {"yes": counts.yes, "no": counts.no, "failed": counts.failed, "skipped": counts.skipped},
+        "tokens": {"prompt": counts.prompt_tokens, "completion": counts.completion_tokens},
+        "decided": dict(judging.decided),
+    }
 
 
 async def list_records(request: web.Request) -> web.Response:

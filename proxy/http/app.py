@@ -75,10 +75,22 @@ async def _parts_ctx(app: web.Application) -> AsyncIterator[None]:
             policy=str(s.policy_file),
             policy_version=parts.policy_box.policy.version,
             upstream=app[UPSTREAM_URL],
+            judge=judge_line(parts, s),
         )
         interval = min(s.sweep_interval, max(0.2, s.ready_after / 4)) if s.ready_after else s.sweep_interval
         async with running(lifecycle, interval):
             yield
+
+
+def judge_line(parts: Parts, s: Settings) -> str:
+    """What the startup line says of the judge: a model decides nothing before it passes its exam."""
+    if parts.judging is None:
+        return "off (judge: false)"
+    if not parts.policy_box.policy.judges:
+        return "off (no intent of the policy sets judge)"
+    model = s.judge_model or "the request's model"
+    where = s.judge_url or "the upstream"
+    return f"{model} at {where}, deciding only once it passes its exam (on each model's first request)"
 
 
 def chat_service(parts: Parts, s: Settings, metrics: Metrics, readiness: Readiness | None = None) -> ChatService:
@@ -107,6 +119,7 @@ def chat_service(parts: Parts, s: Settings, metrics: Metrics, readiness: Readine
         coalescer=parts.coalescer,
         prewarmer=parts.prewarmer,
         readiness=readiness,
+        judging=parts.judging,
     )
 
 

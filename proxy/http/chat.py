@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -29,6 +29,7 @@ from proxy.http.relay import Relayed
 from proxy.observability.metrics import Metrics
 from proxy.service.cache import SemanticCache
 from proxy.service.feedback import HitJudge
+from proxy.service.judging import Judging
 from proxy.service.planner import Plan, Planner
 from proxy.service.settling import Settling
 from proxy.service.writeback import WriteBack, record_vector
@@ -72,8 +73,10 @@ class ChatService:
         coalescer: coalesce.Coalescer | None = None,
         prewarmer: Prewarmer | None = None,
         readiness: Readiness | None = None,
+        judging: Judging | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``judging``: the model judge of the gray zone, None where judging is off."""
         self.cache, self.planner, self.write_back = cache, planner, write_back
         self.upstream, self.slot_count = upstream, options.slot_count
         self.flavour = options.flavour
@@ -106,6 +109,33 @@ class ChatService:
         self.responses: LruDict[str, str] = LruDict(100_000)  # response id -> cache id, for thumbs feedback
         self.retry, self.route_min_shared_chars = options.retry, options.route_min_shared_chars
         self.readiness = readiness  # told what each forward found of the upstream (/readyz)
+        self.judging = judging
+        if judging is not None:
+            counts = judging.judge.counts
+            metrics.tally(
+                "smartcache_judge_calls",
+                "Calls to the model judge of the gray zone: said yes, said no, failed, or skipped over its cap.",
+                "outcome",
+                lambda: {"yes": counts.yes, "no": counts.no, "failed": counts.failed, "skipped": counts.skipped},
+            )
+            metrics.tally(
+                "smartcache_judge_tokens",
+                "Tokens the model judge read and wrote, counted apart from the answers'.",
+                "kind",
+                lambda: {"prompt": counts.prompt_tokens, "completion": counts.completion_tokens},
+            )
+            metrics.gauge_of(
+                "smartcache_judge_qualified",
+                "1 for each model that passed the judge's exam and decides, 0 for one failed or being examined.",
+                "model",
+                lambda: {m: float(state == "passed") for m, state in judging.qualification.standings().items()},
+            )
+            metrics.tally(
+                "smartcache_judge_decisions",
+                "Raced gray-zone requests: served on a yes, refused, or forwarded past the deadline.",
+                "outcome",
+                lambda: dict(judging.decided),
+            )
 
     async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
         out = Outcome()
@@ -136,7 +166,10 @@ class ChatService:
                 system_version=http.headers.get("x-smartcache-system-version"),
                 stages=out.stages,
                 before_model=start_race if ("stream" if req.stream else "json") in self.race else None,
+                judge=self._judge_ready(req, http),
             )
+            if plan.ask is not None and plan.policy is not None and self.judging is not None:
+                plan, race = await self._judge(http, req, who, out, plan, race)
         except BaseException:
             if race is not None:
                 await self._drop(race)
@@ -152,6 +185,32 @@ class ChatService:
                 await self._drop(race)
             return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
         return await self._forward(http, req, who, out, plan, race)
+
+    def _judge_ready(self, req: ChatRequest, http: web.Request) -> bool:
+        """Is a judge that passed its exam standing by for this request's model (and is any intent
+        of the policy judged at all)? The first request of a model starts its exam."""
+        if self.judging is None or not self.planner.policy_box.policy.judges:
+            return False
+        return self.judging.ready(req.model, lambda: forward_headers(http.headers))
+
+    async def _judge(
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
+    ) -> tuple[Plan, UpstreamCall | None]:
+        """``race``: the forward goes out with the judge, and its bytes wait for the verdict up to
+        the intent's deadline; a yes makes the plan a hit (the forward is then cancelled by the
+        caller). ``async``: the verdict comes after the forward, and is remembered."""
+        assert plan.ask is not None and plan.policy is not None and self.judging is not None
+        t = time.perf_counter()
+        verdicts = self.judging.start(req, who, plan, forward_headers(http.headers))
+        out.judged = True
+        if plan.policy.judge != "race":
+            return plan, race
+        if race is None:
+            race = self._send(req, who, http)
+        decision = await self.judging.decide(plan.ask, verdicts, plan.policy.judge_deadline_ms / 1000)
+        out.stages["judge"] = time.perf_counter() - t
+        status = decision.status
+        return replace(plan, status=status, reason=decision.reason, decision=decision), race
 
     def _send(self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None) -> UpstreamCall:
         """``route``: the session the router keys on (``routing_session``); the caller's own by default."""

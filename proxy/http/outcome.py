@@ -50,6 +50,7 @@ class Outcome:
     upstream_cached_tokens: int = 0
     stored: bool = False
     prewarmed: bool = False
+    judged: bool = False  # the model judge was asked about this request's candidates
     stages: dict[str, float] = field(default_factory=dict)
     signature: Signature | None = None
     response_id: str | None = None

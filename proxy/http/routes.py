@@ -145,6 +145,9 @@ async def readyz(request: web.Request) -> web.Response:
         "status": "ready" if state.reachable else "not_ready",
         "upstream": state.as_json(readiness.upstream.base_url, readiness.clock()),
     }
+    judging = request.app[keys.CHAT].judging
+    if judging is not None:  # which models passed the judge's exam: the others decide nothing
+        body["judge"] = judging.qualification.standings()
     return web.json_response(body, status=200 if state.reachable else 503)
 
 

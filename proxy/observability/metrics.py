@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -28,7 +28,7 @@ Status = Literal["hit", "half_hit", "miss", "bypass"]
 Outcome = Literal["accepted", "corrected"]
 WriteOutcome = Literal["pending", "ready", "rejected"]
 # settle: waiting for other requests' bookkeeping still under way (proxy.service.settling), only when there was some
-Stage = Literal["parse", "settle", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream"]
+Stage = Literal["parse", "settle", "sign", "embed", "index", "verify", "store", "decide", "serve", "upstream", "judge"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
@@ -254,9 +254,24 @@ class Metrics:
         counter read at scrape time: the part keeps counting, nothing counts twice."""
         self.registry.register(_Tally(name, documentation, label, read))
 
+    def gauge_of(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
+        """Export a part's own state (which models passed the judge's exam) as a gauge read at scrape time."""
+        self.registry.register(_GaugeOf(name, documentation, label, read))
+
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for ``GET /metrics``."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _GaugeOf(Collector):
+    def __init__(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
+        self.name, self.documentation, self.label, self.read = name, documentation, label, read
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, level in self.read().items():
+            family.add_metric([value], level)
+        yield family
 
 
 class _Tally(Collector):

@@ -19,6 +19,7 @@ import structlog
 
 from proxy.core.decision.context import same_request
 from proxy.core.decision.decide import DecisionContext, decide_in, verification_rounds
+from proxy.core.decision.judging import AskJudge, ask_judge, ranked_by_verifier
 from proxy.core.decision.validate import extract_key_facts
 from proxy.core.identity import Identity
 from proxy.core.model import SCOPES, Candidate, Decision, Reason, Record, RecordState, SessionLast, Signature, Status
@@ -28,6 +29,7 @@ from proxy.core.text.normalize import Cutter
 from proxy.service.index_load import read_index
 from proxy.service.new_record import new_record
 from proxy.service.reach import fits_limit, held, nearest_of_both, reach, repeated, visible
+from proxy.service.verdicts import VerdictMemory
 from proxy.storage.base import IndexKey, IndexRow, RecordStore, Ref, Selector, StoreUnavailable
 from proxy.storage.mirror import SCOPE_WIDTH, Pools, Want
 from proxy.storage.vectors import Hits, VectorIndex
@@ -50,6 +52,8 @@ class Found:
 class Lookup:
     decision: Decision
     best_pending: float | None = None
+    # what the judge should read, where the decision did not serve and a qualified judge may decide
+    ask: AskJudge | None = None
 
 
 # a lookup scanning up to this many rows runs on the event loop, not in the executor: the scan
@@ -106,6 +110,7 @@ class SemanticCache:
         self.pools = Pools()
         self._index_lock = asyncio.Lock()  # adopts one at a time (a write adds its own new label unlocked)
         self._rebuild: _Rebuild | None = None
+        self.verdicts = VerdictMemory()  # the judge's refusals, by tenant and wording
 
     async def load(
         self, *, snapshot: VectorIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None
@@ -279,8 +284,11 @@ class SemanticCache:
         stages: dict[str, float] | None = None,
         *,
         repeats_only: bool = False,
+        judge: bool = False,
     ) -> Lookup:
+        """``judge``: a qualified judge may read what the decision does not serve (``ask_judge``)."""
         found = await self.candidates(sig, request, who, policy, repeats_only=repeats_only)
+        found = await self._aliases_alive(found)
         # one context throughout: what it judged to choose the verifier's pairs is not judged again
         ctx = DecisionContext(found.ready, sig, policy)
         verdicts = await self._verdicts(ctx, stages)
@@ -290,7 +298,49 @@ class SemanticCache:
             stages["decide"] = time.perf_counter() - t0
         if decision.status is Status.MISS and decision.reason is Reason.VALIDATION_FAILED and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
-        return Lookup(decision, found.best_pending)
+        ask = None
+        if judge and not repeats_only and decision.status is not Status.HIT:
+            refused = self.verdicts.refused(who.tenant, sig.request_hash)
+            ask = await self._ranked(
+                ask_judge(found.ready, sig, policy, decision, refused=refused), sig, policy, stages
+            )
+        return Lookup(decision, found.best_pending, ask or None)
+
+    async def _aliases_alive(self, found: Found) -> Found:
+        """An alias lives as long as the record it was approved for: one whose record was
+        invalidated, reset or expired is dropped (rare among candidates: a store read each)."""
+        aliases = {c.record.coarse_tags.alias_of for c in found.ready if c.record.coarse_tags.alias_of}
+        if not aliases:
+            return found
+        now = self.clock()
+        alive = set()
+        for cache_id in aliases:
+            assert cache_id is not None
+            original = await self.store.get(cache_id)
+            if original is not None and original.state == RecordState.READY and original.expires_at > now:
+                alive.add(cache_id)
+        ready = [c for c in found.ready if c.record.coarse_tags.alias_of in (None, *alive)]
+        return replace(found, ready=ready)
+
+    async def _ranked(
+        self, ask: AskJudge, sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None
+    ) -> AskJudge:
+        """What the judge reads, ranked and filtered by the pair verifier where the intent says so
+        (``judge_verify``); none without a verifier's word."""
+        if policy.judge_verify is None or not ask:
+            return ask
+        probabilities: dict[str, float] = {}
+        if self.verifier is not None:
+            t0 = time.perf_counter()
+            try:
+                probabilities = await self.verifier.verdicts(list(ask.candidates), sig)
+            except VerifierBusy:
+                pass
+            except Exception as exc:  # a broken model costs hits, never the request
+                structlog.get_logger("smartcache").warning("verify.failed", error=repr(exc)[:200])
+            if stages is not None:
+                stages["verify"] = stages.get("verify", 0.0) + time.perf_counter() - t0
+        return ranked_by_verifier(ask, probabilities, policy)
 
     async def _verdicts(self, ctx: DecisionContext, stages: dict[str, float] | None) -> dict[str, float]:
         """The verifier's probabilities for the candidates decide will read. None come back when it
@@ -359,6 +409,38 @@ class SemanticCache:
             who.tenant, who.session, SessionLast(record.cache_id, False, sig.request_hash)
         )
         return record
+
+    async def alias(
+        self,
+        original: Record,
+        *,
+        request: ChatRequest,
+        who: Identity,
+        sig: Signature,
+        policy: IntentPolicy,
+        policy_version: str,
+    ) -> Record | None:
+        """The judge said ``original`` answers this wording: the wording becomes an alias of it, a
+        record with its answer reached by this wording (an exact repeat) and its restatements,
+        never judged for another (``ask_judge``), in no wider pool and for no longer than it."""
+        if original.coarse_tags.alias_of is not None:
+            return None
+        record = new_record(
+            request=request, who=who, sig=sig, policy=policy, policy_version=policy_version,
+            answer=original.answer_text, key_facts=original.key_facts, now=self.clock(), ready_after=0.0, cut=False,
+            usage={"prompt_tokens": original.prompt_tokens, "completion_tokens": original.completion_tokens},
+        )  # fmt: skip
+        scope = min(record.scope, original.scope, key=SCOPES.index)
+        tags = replace(record.coarse_tags, alias_of=original.cache_id, cut_at=original.coarse_tags.cut_at)
+        record = replace(record, scope=scope, coarse_tags=tags, expires_at=min(record.expires_at, original.expires_at))
+        if record.expires_at <= self.clock():
+            return None
+        with contextlib.suppress(StoreUnavailable):
+            label = await self.store.insert(record)
+            record = replace(record, label=label)
+            await self._add([label], np.asarray(sig.vector, dtype=np.float32).reshape(1, -1), [IndexKey.of(record)])
+            return record
+        return None
 
     async def penalise(self, cache_id: str, *, reject_pending: bool = True) -> Record | None:
         """A correction or a regenerate: a pending answer is rejected, a ready one loses score."""

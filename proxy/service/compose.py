@@ -22,6 +22,7 @@ from proxy.observability.metrics import Metrics
 from proxy.service.cache import SemanticCache
 from proxy.service.feedback import FeedbackReader, HitJudge
 from proxy.service.indexing import open_cache
+from proxy.service.judging import Judging
 from proxy.service.planner import Planner, PolicyBox
 from proxy.service.settling import Settling
 from proxy.service.writeback import WriteBack
@@ -32,6 +33,8 @@ from proxy.storage.backends import BACKENDS, Backend, Store, open_store
 from proxy.storage.shared import SharedRecordStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.coalesce import Coalescer
+from proxy.upstream.judge import Judge
+from proxy.upstream.judge_exam import Qualification
 from proxy.upstream.prewarm import Prewarmer
 from proxy.verify import Verifier, VerifierError, load_verifier
 from proxy.verify.batching import BatchingVerifier
@@ -57,6 +60,8 @@ class Parts:
     loaded: int
     store: Store
     verifier: BatchingVerifier | None = None
+    # the model that judges the gray zone, and which models passed its exam; None: judging is off
+    judging: Judging | None = None
 
 
 def load_policy_for(s: Settings) -> Policy:
@@ -93,7 +98,9 @@ async def report_vector_search(shared: SharedRecordStore | None, s: Settings, me
 
 def wants_verifier(s: Settings, policy: Policy) -> bool:
     return s.verify and any(
-        i.cache and (i.verify_accept is not None or i.verify_previous is not None) for i in policy.intents.values()
+        i.cache
+        and (i.verify_accept is not None or i.verify_previous is not None or (i.judges and i.judge_verify is not None))
+        for i in policy.intents.values()
     )
 
 
@@ -125,6 +132,24 @@ def batching_verifier(s: Settings, verifier: Verifier) -> BatchingVerifier:
         max_pending=s.verify_max_pending,
         timeout_s=s.verify_timeout_ms / 1000 or None,
     )
+
+
+def open_judging(
+    stack: contextlib.AsyncExitStack, s: Settings, upstream: Upstream, write_back: WriteBack
+) -> Judging | None:
+    """The judge over the upstream (or a judge URL of its own), examined before it decides."""
+    if not s.judge:
+        return None
+    own = upstream
+    if s.judge_url is not None:
+        own = Upstream(s.judge_url, timeout=s.judge_timeout, connect_timeout=s.upstream_connect_timeout)
+        stack.push_async_callback(own.close)
+    judge = Judge(own, model=s.judge_model, max_concurrent=s.judge_max_concurrent, timeout=s.judge_timeout)
+    qualification = Qualification(judge, interval=s.judge_exam_interval)
+    stack.push_async_callback(qualification.close)  # before the client its exams use
+    judging = Judging(judge, qualification, write_back)
+    stack.push_async_callback(judging.close)  # verdicts under way land before the store closes
+    return judging
 
 
 def batching_embedder(s: Settings, backend: SyncEmbedder) -> BatchingEmbedder:
@@ -189,6 +214,8 @@ async def open_parts(
             cache=cache, judge=judge, metrics=metrics, regenerate_window=s.regenerate_window, clock=time.time
         )
         planner = Planner(cache=cache, signer=signer, policy_box=box, feedback=feedback, settling=settling)
+        write_back = WriteBack(cache, box)
+        judging = open_judging(stack, s, upstream, write_back)
         yield Parts(
             embedder=embedder,
             cache=cache,
@@ -197,11 +224,12 @@ async def open_parts(
             upstream=upstream,
             judge=judge,
             planner=planner,
-            write_back=WriteBack(cache, box),
+            write_back=write_back,
             settling=settling,
             prewarmer=prewarmer,
             coalescer=Coalescer() if s.coalesce else None,
             loaded=loaded,
             store=store,
             verifier=verifying,
+            judging=judging,
         )

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.core.decision.judging import AskJudge
 from proxy.core.identity import Identity
 from proxy.core.model import Decision, Reason, Signature, Status
 from proxy.core.openai.request import ChatRequest
@@ -34,6 +35,9 @@ class Plan:
     signature: Signature | None = None
     policy: IntentPolicy | None = None
     decision: Decision | None = None
+    # the command to resume with the judge's verdicts (proxy.core.decision.judging), where a
+    # qualified judge may read what the decision did not serve
+    ask: AskJudge | None = None
 
 
 @dataclass
@@ -65,14 +69,15 @@ class Planner:
         system_version: str | None = None,
         stages: dict[str, float] | None = None,
         before_model: Callable[[], None] | None = None,
+        judge: bool = False,
     ) -> Plan:
         """A shared store that is down, or an embedder that is behind, costs the cache, never the
         request: either plans a bypass. ``before_model``: called once signing is about to wait for
         the embedding model (a request whose texts are all known, such as an exact repeat, never
-        waits)."""
+        waits). ``judge``: a qualified judge stands by for this request's model."""
         stages = {} if stages is None else stages
         try:
-            return await self._plan(req, who, system_version, stages, before_model)
+            return await self._plan(req, who, system_version, stages, before_model, judge)
         except StoreUnavailable:
             return Plan(Status.BYPASS, Reason.STORE_UNAVAILABLE)
         except Overloaded:
@@ -85,6 +90,7 @@ class Planner:
         system_version: str | None,
         stages: dict[str, float],
         before_model: Callable[[], None] | None,
+        judge: bool,
     ) -> Plan:
         if req.bypass_reason:
             return Plan(Status.BYPASS, req.bypass_reason)
@@ -123,7 +129,7 @@ class Planner:
             t = time.perf_counter()
         # a turn that left its topic is signed without the history it left, so only the record of
         # this very conversation, asked before in another session, may answer it
-        found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched)
+        found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched, judge=judge)
         stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
         decision = found.decision
         if switched and decision.status is not Status.HIT:
@@ -132,7 +138,7 @@ class Planner:
             found.best_pending, policy, better_than=decision.score
         ):
             return Plan(Status.MISS, Reason.PENDING, sig, policy, decision)
-        return Plan(decision.status, decision.reason, sig, policy, decision)
+        return Plan(decision.status, decision.reason, sig, policy, decision, found.ask)
 
 
 def unlooked(sig: Signature, policy: IntentPolicy) -> Plan:

@@ -83,6 +83,24 @@ class WriteBack:
             return Kept(failed=True)
         return Kept(record)
 
+    async def alias(self, original: Record, req: ChatRequest, who: Identity, plan: Plan) -> Record | None:
+        """The judge said ``original`` answers this request: its wording becomes an alias of the
+        record, under the same rule as an answer written back (nothing for ``no_store``)."""
+        if plan.policy is None or plan.signature is None or req.controls.no_store:
+            return None
+        try:
+            return await self.cache.alias(
+                original,
+                request=req,
+                who=who,
+                sig=plan.signature,
+                policy=plan.policy,
+                policy_version=self.policy_box.policy.version,
+            )
+        except Exception:  # a verdict is worth a record, never an error
+            structlog.get_logger("smartcache").exception("store.alias_failed")
+            return None
+
 
 def record_vector(plan: Plan) -> np.ndarray | None:
     """The vector a record written back for ``plan`` is indexed by; None where none may be written."""

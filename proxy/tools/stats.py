@@ -64,6 +64,9 @@ class Snapshot:
     index_size: float = 0.0
     stages: Mapping[str, Histogram] = field(default_factory=dict)
     latency: Mapping[str, Histogram] = field(default_factory=dict)  # status -> request seconds
+    judge_calls: Mapping[str, float] = field(default_factory=dict)  # yes | no | failed | skipped -> calls
+    judge_tokens: float = 0.0
+    judge_qualified: Mapping[str, float] = field(default_factory=dict)  # model -> 1 passed, 0 not
 
     @property
     def total_requests(self) -> float:
@@ -128,7 +131,9 @@ def parse_metrics(text: str) -> Snapshot:
     saved: dict[str, float] = {}
     writes: dict[str, float] = {}
     records: dict[str, float] = {}
-    cached = index_size = 0.0
+    judge_calls: dict[str, float] = {}
+    judge_qualified: dict[str, float] = {}
+    cached = index_size = judge_tokens = 0.0
     for name, labels, value in samples:
         if name == "smartcache_requests_total":
             _add(requests, labels["status"], value)
@@ -146,6 +151,12 @@ def parse_metrics(text: str) -> Snapshot:
             _add(records, labels["state"], value)
         elif name == "smartcache_index_size":
             index_size = value
+        elif name == "smartcache_judge_calls_total":
+            _add(judge_calls, labels["outcome"], value)
+        elif name == "smartcache_judge_tokens_total":
+            judge_tokens += value
+        elif name == "smartcache_judge_qualified":
+            judge_qualified[labels["model"]] = value
     return Snapshot(
         requests=requests,
         requests_by=requests_by,
@@ -157,6 +168,9 @@ def parse_metrics(text: str) -> Snapshot:
         index_size=index_size,
         stages=_histograms(samples, "smartcache_stage_seconds", "stage"),
         latency=_histograms(samples, "smartcache_request_seconds", "status"),
+        judge_calls=judge_calls,
+        judge_tokens=judge_tokens,
+        judge_qualified=judge_qualified,
     )
 
 
@@ -203,6 +217,15 @@ def summary_table(snap: Snapshot) -> Table:
         f"prompt {snap.saved_tokens.get('prompt', 0):.0f}, "
         f"completion {snap.saved_tokens.get('completion', 0):.0f}; engine prefix cache served "
         f"{snap.upstream_cached_tokens:.0f} more",
+    )
+    calls = sum(snap.judge_calls.get(k, 0.0) for k in ("yes", "no"))
+    passed = sorted(m for m, q in snap.judge_qualified.items() if q)
+    failed = sorted(m for m, q in snap.judge_qualified.items() if not q)
+    table.add_row(
+        "judge calls a request",
+        "-" if not snap.total_requests else f"{calls / snap.total_requests:.2f}",
+        f"{calls:.0f} calls, {snap.judge_calls.get('yes', 0):.0f} said yes, {snap.judge_tokens:.0f} tokens; "
+        f"deciding: {', '.join(passed) or 'none'}" + (f"; not deciding: {', '.join(failed)}" if failed else ""),
     )
     table.add_row(
         "cache pollution",

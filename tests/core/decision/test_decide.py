@@ -54,6 +54,11 @@ PLAN_REASONS = {
     Reason.OVERLOADED,
     Reason.STORE_UNAVAILABLE,
     Reason.COALESCED,
+    Reason.ACKNOWLEDGEMENT,
+    # the judge's, resumed after decide (tests/core/decision/test_judging.py)
+    Reason.JUDGED,
+    Reason.JUDGE_REFUSED,
+    Reason.JUDGE_LATE,
 }
 QUESTION = "how do I reset my home router"
 

@@ -1,0 +1,105 @@
+"""The gray zone the scores cannot settle, handed to the judge as a command (docs/architecture.md,
+"The judge"). Pure: ``ask_judge`` says which candidates the model behind the proxy should read,
+and ``judged`` resumes the decision with its verdicts, so ``decide`` and this module need no model
+and no network in tests.
+
+A candidate reaches the judge only when every net that reads the request against it passed: the
+hard filters (intent, entities), the judge's score floor, change detection, the lexical guards and
+answer validation. The accept zone and the verifier's level are what the judge replaces, so they
+are the only stages it skips. Never an exact repeat (decided without it), never an alias (a
+wording the judge approved answers its own wording only), never a record it already refused for
+this wording, and never where ``direct_hit: false`` serves nothing but exact repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from proxy.core.decision.context import DecisionContext
+from proxy.core.decision.decide import answer_validation, change_detection, lexical_guards
+from proxy.core.model import Candidate, Decision, Reason, Signature, Status
+from proxy.core.policy import IntentPolicy
+
+__all__ = ["AskJudge", "ask_judge", "judged", "ranked_by_verifier"]
+
+_Stage = Callable[[DecisionContext], Decision | None]
+
+
+def _judge_floor(ctx: DecisionContext) -> Decision | None:
+    if ctx.best.score < ctx.policy.judge_score_floor:
+        return ctx.about_best(Status.MISS, Reason.BELOW_CANDIDATE, signals=False)
+    return None
+
+
+# the nets a judged candidate must pass, in ``decide``'s order
+JUDGE_NETS: tuple[_Stage, ...] = (_judge_floor, change_detection, lexical_guards, answer_validation)
+
+
+@dataclass(frozen=True, slots=True)
+class AskJudge:
+    """The command: read these candidates (best first) against the request; ``decision`` stands
+    when no verdict serves."""
+
+    candidates: tuple[Candidate, ...]
+    decision: Decision
+
+    def __bool__(self) -> bool:
+        return bool(self.candidates)
+
+
+def ask_judge(
+    candidates: Sequence[Candidate],
+    sig: Signature,
+    policy: IntentPolicy,
+    decision: Decision,
+    *,
+    refused: Collection[str] = (),
+) -> AskJudge:
+    """The candidates worth a judge call for a request ``decision`` did not serve: at most
+    ``judge_top`` of those that passed every net, in score order. ``refused``: records the judge
+    already said no to for this wording."""
+    if decision.status is Status.HIT or not policy.judges:
+        return AskJudge((), decision)
+    ctx = DecisionContext(candidates, sig, policy)
+    chosen: list[Candidate] = []
+    # where the verifier ranks them first, it reads the nearest ``verify_top``
+    wanted = policy.judge_top if policy.judge_verify is None else max(policy.judge_top, policy.verify_top)
+    for cand in ctx.survivors:
+        if len(chosen) >= wanted:
+            break
+        record = cand.record
+        if record.coarse_tags.alias_of is not None or record.cache_id in refused:
+            continue
+        if record.request_hash == sig.request_hash:
+            continue  # this very wording after other turns: the guards' other_history, not a judge's question
+        alone = DecisionContext((cand,), sig, policy)
+        if alone.exact_repeat or any(net(alone) is not None for net in JUDGE_NETS):
+            continue
+        chosen.append(cand)
+    return AskJudge(tuple(chosen), decision)
+
+
+def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy: IntentPolicy) -> AskJudge:
+    """The local verifier ranks and filters what the judge reads (``judge_verify``): a candidate it
+    scores below the level, or did not score (busy, failed), is not worth a call; the rest go in
+    its order, the best ``judge_top``."""
+    if policy.judge_verify is None:
+        return ask
+    level = policy.judge_verify
+    kept = [c for c in ask.candidates if probabilities.get(c.record.cache_id, -1.0) >= level]
+    kept.sort(key=lambda c: -probabilities[c.record.cache_id])
+    return replace(ask, candidates=tuple(kept[: policy.judge_top]))
+
+
+def judged(ask: AskJudge, verdicts: Mapping[str, bool], *, late: bool = False) -> Decision:
+    """The decision resumed with the judge's verdicts (cache id → yes): the first candidate, in the
+    command's order, that it said yes to is served; else the decision stands, saying the judge
+    refused (or came late) where it was asked."""
+    for cand in ask.candidates:
+        if verdicts.get(cand.record.cache_id):
+            return Decision(Status.HIT, Reason.JUDGED, cand.record, cand.score, stage="judge")
+    if not ask.candidates:
+        return ask.decision
+    reason = Reason.JUDGE_LATE if late and len(verdicts) < len(ask.candidates) else Reason.JUDGE_REFUSED
+    return replace(ask.decision, reason=reason, stage="judge")

@@ -1,0 +1,96 @@
+"""The judge's side of a request: ask it about the candidates a plan names (``Plan.ask``), resume
+the decision with its verdicts, and remember them (docs/architecture.md, "The judge").
+
+The candidates are read one at a time, best first, and the first yes ends it: a yes must be the
+first right one, and a request rarely needs a second call. A verdict that comes after the
+deadline is still remembered: a no is not asked again for that wording, a yes makes the wording an
+alias of the record, so the next time it is asked it is an exact repeat and costs no call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from proxy.core.decision.judging import AskJudge, judged
+from proxy.core.identity import Identity
+from proxy.core.model import Decision
+from proxy.core.openai.request import ChatRequest
+from proxy.service.planner import Plan
+from proxy.service.writeback import WriteBack
+from proxy.upstream.judge import Judge
+from proxy.upstream.judge_exam import Qualification
+
+__all__ = ["Judging", "Verdicts"]
+
+
+@dataclass
+class Verdicts:
+    """What the judge has said so far about one request's candidates (cache id → yes)."""
+
+    said: dict[str, bool] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Judging:
+    def __init__(self, judge: Judge, qualification: Qualification, write_back: WriteBack) -> None:
+        self.judge, self.qualification, self.write_back = judge, qualification, write_back
+        self._remembering: set[asyncio.Task[None]] = set()
+        self.decided = {"served": 0, "refused": 0, "late": 0}
+
+    def ready(self, model: str, headers: Callable[[], Mapping[str, str]]) -> bool:
+        """May the judge decide for ``model``? Examines it first (in the background, with the
+        credentials ``headers`` gives) if need be."""
+        self.qualification.ensure(model, headers)
+        return self.qualification.ready(model)
+
+    def start(self, req: ChatRequest, who: Identity, plan: Plan, headers: Mapping[str, str]) -> Verdicts:
+        """Ask about ``plan.ask``'s candidates in a task of its own that outlives the request: what
+        the judge says, even late, is remembered."""
+        assert plan.ask is not None
+        verdicts = Verdicts()
+        task = asyncio.ensure_future(self._ask(req, who, plan, plan.ask, dict(headers), verdicts))
+        self._remembering.add(task)
+        task.add_done_callback(self._remembering.discard)
+        return verdicts
+
+    async def decide(self, ask: AskJudge, verdicts: Verdicts, deadline: float | None) -> Decision:
+        """The decision resumed with what the judge said within ``deadline`` seconds."""
+        late = False
+        try:
+            await asyncio.wait_for(verdicts.done.wait(), deadline)
+        except TimeoutError:
+            late = True
+        decision = judged(ask, dict(verdicts.said), late=late)
+        key = "served" if decision.is_hit else "late" if late and decision.reason == "judge_late" else "refused"
+        self.decided[key] += 1
+        return decision
+
+    async def _ask(
+        self, req: ChatRequest, who: Identity, plan: Plan, ask: AskJudge, headers: dict[str, str], out: Verdicts
+    ) -> None:
+        messages = req.forward_body.get("messages") or []
+        refused: set[str] = set()
+        try:
+            for cand in ask.candidates:
+                said = await self.judge.verdict(messages, cand.record.answer_text, model=req.model, headers=headers)
+                if said is None:
+                    break  # no verdict (the cap, an error): the rest would fare no better
+                out.said[cand.record.cache_id] = said
+                if said:
+                    out.done.set()  # the request goes on; the alias is written meanwhile
+                    await self.write_back.alias(cand.record, req, who, plan)
+                    break
+                refused.add(cand.record.cache_id)
+        finally:
+            out.done.set()
+            if refused and plan.signature is not None:
+                self.write_back.cache.verdicts.refuse(who.tenant, plan.signature.request_hash, frozenset(refused))
+
+    async def close(self) -> None:
+        """Let the verdicts under way land (their aliases are written), then stop."""
+        if self._remembering:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self._remembering), timeout=10)

@@ -1,0 +1,126 @@
+"""ask_judge and judged: which candidates reach the model judge, and the decision it resumes.
+Hand-built candidates, no model, no network."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from proxy.core.decision.decide import decide
+from proxy.core.decision.judging import ask_judge, judged, ranked_by_verifier
+from proxy.core.model import Candidate, KeyFacts, Reason, RecordTags, Signature, Status
+from proxy.core.policy import IntentPolicy
+from proxy.core.text.entities import Entities
+from tests.core.decision.test_decide import FIVE_TIPS, make_candidate, make_policy, make_record, make_sig
+
+JUDGING = make_policy(judge="race", judge_top=2, judge_floor=0.6)
+# "how do I reset my home router" against a record of another wording, in the gray zone
+GRAY = 0.75
+
+
+def ask_ids(
+    cands: list[Candidate],
+    *,
+    policy: IntentPolicy = JUDGING,
+    sig: Signature | None = None,
+    refused: frozenset[str] = frozenset(),
+) -> list[str]:
+    sig = sig or make_sig()
+    decision = decide(cands, sig, policy)
+    return [c.record.cache_id for c in ask_judge(cands, sig, policy, decision, refused=refused).candidates]
+
+
+def test_the_gray_zone_is_asked_best_first_up_to_judge_top() -> None:
+    cands = [make_candidate(s, make_record(cache_id=f"sc-{i}")) for i, s in enumerate((0.7, 0.85, 0.65, 0.8))]
+    assert ask_ids(cands) == ["sc-1", "sc-3"]
+
+
+@pytest.mark.parametrize(
+    ("why", "candidate", "policy"),
+    [
+        ("below the judge's floor", make_candidate(0.55), JUDGING),
+        ("judging off", make_candidate(GRAY), make_policy()),
+        (
+            "direct_hit false serves exact repeats only",
+            make_candidate(GRAY),
+            dataclasses.replace(JUDGING, direct_hit=False),
+        ),
+        ("never-cached intent", make_candidate(GRAY), dataclasses.replace(JUDGING, cache=False)),
+        ("another intent", make_candidate(GRAY, make_record(intent="billing")), JUDGING),
+        (
+            "conflicting entities",
+            make_candidate(GRAY, make_record(entities=Entities(places=frozenset({"杭州"})))),
+            JUDGING,
+        ),
+        (
+            "an alias is never judged for another wording",
+            make_candidate(GRAY, make_record(cache_id="sc-a")),
+            "alias",
+        ),
+    ],
+)
+def test_what_never_reaches_the_judge(why: str, candidate: Candidate, policy: IntentPolicy | str) -> None:
+    sig = make_sig()
+    if isinstance(policy, str):
+        rec = candidate.record
+        candidate = dataclasses.replace(
+            candidate,
+            record=dataclasses.replace(rec, coarse_tags=dataclasses.replace(rec.coarse_tags, alias_of="sc-9")),
+        )
+        policy = JUDGING
+    assert isinstance(policy, IntentPolicy)
+    if why == "conflicting entities":
+        sig = make_sig(entities=Entities(places=frozenset({"苏州"})))
+    assert ask_ids([candidate], policy=policy, sig=sig) == [], why
+
+
+def test_a_record_the_judge_refused_for_this_wording_is_not_asked_again() -> None:
+    cands = [make_candidate(0.8, make_record(cache_id="sc-1")), make_candidate(0.7, make_record(cache_id="sc-2"))]
+    assert ask_ids(cands, refused=frozenset({"sc-1"})) == ["sc-2"]
+
+
+def test_answer_validation_stands_before_the_judge() -> None:
+    sig = make_sig("give me 5 tips for packing", entities=FIVE_TIPS)
+    three = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=3))
+    five = make_record("give me 5 tips for packing", entities=FIVE_TIPS, key_facts=KeyFacts(list_items=5))
+    assert ask_ids([make_candidate(GRAY, three)], sig=sig) == []
+    assert ask_ids([make_candidate(GRAY, five)], sig=sig) == ["sc-1"]
+
+
+def test_a_hit_asks_nothing() -> None:
+    assert ask_ids([make_candidate(0.97)]) == []
+
+
+def test_judged_serves_the_first_yes_in_order() -> None:
+    cands = [make_candidate(0.8, make_record(cache_id="sc-1")), make_candidate(0.7, make_record(cache_id="sc-2"))]
+    sig = make_sig()
+    ask = ask_judge(cands, sig, JUDGING, decide(cands, sig, JUDGING))
+    served = judged(ask, {"sc-1": False, "sc-2": True})
+    assert (served.status, served.reason, served.record and served.record.cache_id) == (
+        Status.HIT,
+        Reason.JUDGED,
+        "sc-2",
+    )
+    refused = judged(ask, {"sc-1": False, "sc-2": False})
+    assert (refused.status, refused.reason) == (Status.HALF_HIT, Reason.JUDGE_REFUSED)
+    late = judged(ask, {"sc-1": False}, late=True)
+    assert (late.status, late.reason) == (Status.HALF_HIT, Reason.JUDGE_LATE)
+
+
+def test_the_alias_tag_survives_the_store_round_trip() -> None:
+    tags = RecordTags(alias_of="sc-7")
+    assert RecordTags.from_json(tags.to_json()).alias_of == "sc-7"
+    assert RecordTags.from_json(RecordTags().to_json()).alias_of is None
+
+
+def test_the_verifier_ranks_and_filters_what_the_judge_reads() -> None:
+    policy = dataclasses.replace(JUDGING, judge_verify=0.9, verify_top=4, judge_top=2)
+    cands = [make_candidate(s, make_record(cache_id=f"sc-{i}")) for i, s in enumerate((0.85, 0.8, 0.75, 0.7))]
+    sig = make_sig()
+    ask = ask_judge(cands, sig, policy, decide(cands, sig, policy))
+    assert len(ask.candidates) == 4  # the verifier reads verify_top of them
+    ranked = ranked_by_verifier(ask, {"sc-0": 0.5, "sc-1": 0.93, "sc-2": 0.99, "sc-3": 0.95}, policy)
+    assert [c.record.cache_id for c in ranked.candidates] == ["sc-2", "sc-3"]
+    # unscored (the verifier busy or failed): nothing is worth a call
+    assert not ranked_by_verifier(ask, {}, policy)

@@ -1,0 +1,127 @@
+"""The model judge of the gray zone, end to end: the official SDK against the proxy, whose
+scripted upstream answers judge requests as the replay harness's oracle does (right when the
+cached answer is the one it gives the new request, with a seeded error rate per pair)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from proxy.http import keys
+from proxy.settings import DEFAULT_POLICY
+from tests.conftest import Proxy, ProxyFactory, Upstream
+from tests.e2e.test_e2e_core import ask, chat
+
+CAPITAL = "What is the capital of France?"
+CAPITAL_REWORDED = "Which city is the capital of France?"
+PARIS = "The capital of France is Paris."
+
+
+def judging_policy(tmp_path: Path, **judge: Any) -> Path:
+    """The shipped policy with every intent's gray zone judged as ``judge`` says."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    data["defaults"].update({"judge": "race", "judge_top": 2, "judge_floor": 0.6, **judge})
+    for body in data["intents"].values():
+        for key in ("judge", "judge_top", "judge_floor", "judge_deadline_ms"):
+            (body or {}).pop(key, None)
+    path = tmp_path / "judging.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+async def qualified(proxy: Proxy, model: str = "m") -> bool:
+    """Wait for the judge's exam of ``model`` (started by its first request) to end."""
+    judging = proxy.app[keys.CHAT].judging
+    assert judging is not None
+    for _ in range(200):
+        standing = judging.qualification.standings().get(model)
+        if standing in ("passed", "failed"):
+            return standing == "passed"
+        await asyncio.sleep(0.05)
+    raise AssertionError("the exam never ended")
+
+
+@pytest.fixture
+async def judged_proxy(make_proxy: ProxyFactory, tmp_path: Path) -> Proxy:
+    return await make_proxy(policy=judging_policy(tmp_path))
+
+
+async def test_a_reworded_question_is_served_on_the_judges_yes(judged_proxy: Proxy, upstream: Upstream) -> None:
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    status, answer, _ = await chat(judged_proxy.client(), ask(CAPITAL))
+    assert (status, answer) == ("miss", PARIS)
+    assert await qualified(judged_proxy)
+    calls = len(upstream.script.calls)
+    status, served, raw = await chat(judged_proxy.client(), ask(CAPITAL_REWORDED))
+    assert (status, served) == ("hit", PARIS)
+    assert raw.headers.get("x-cache-id")
+    assert len(upstream.script.judge_calls) == 1
+    # the raced forward went out with the judge and was cancelled on its yes
+    assert len(upstream.script.calls) <= calls + 1
+    assert await judged_proxy.metric("smartcache_judge_calls_total", outcome="yes") == 1.0
+    # the approved wording is an alias of the record now: asked again, no judge is called
+    status, again, _ = await chat(judged_proxy.client(), ask(CAPITAL_REWORDED))
+    assert (status, again) == ("hit", PARIS)
+    assert len(upstream.script.judge_calls) == 1
+
+
+async def test_a_no_is_forwarded_and_remembered(judged_proxy: Proxy, upstream: Upstream) -> None:
+    await chat(judged_proxy.client(), ask(CAPITAL))
+    assert await qualified(judged_proxy)
+    # the script answers the reworded question otherwise: the judge says no
+    status, answer, _ = await chat(
+        judged_proxy.client(), ask(CAPITAL_REWORDED), extra_body={"cache": {"no_store": True}}
+    )
+    assert status != "hit" and answer.endswith(f"to: {CAPITAL_REWORDED}")
+    asked = len(upstream.script.judge_calls)
+    assert asked == 1
+    status, _, _ = await chat(judged_proxy.client(), ask(CAPITAL_REWORDED), extra_body={"cache": {"no_store": True}})
+    assert status != "hit"
+    assert len(upstream.script.judge_calls) == asked  # that record is not offered again for this wording
+
+
+async def test_a_judge_that_fails_its_exam_decides_nothing(judged_proxy: Proxy, upstream: Upstream) -> None:
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    upstream.script.judge_error = 0.5  # a judge at chance says yes to half the wrong answers
+    await chat(judged_proxy.client(), ask(CAPITAL))
+    assert not await qualified(judged_proxy)
+    assert upstream.script.exam_calls > 0
+    status, _, _ = await chat(judged_proxy.client(), ask(CAPITAL_REWORDED))
+    assert status != "hit"
+    assert upstream.script.judge_calls == []
+    async with aiohttp.ClientSession() as http, http.get(judged_proxy.server.make_url("/readyz")) as resp:
+        assert (await resp.json())["judge"] == {"m": "failed"}
+
+
+async def test_no_cache_and_another_tenant_never_reach_the_judge(judged_proxy: Proxy, upstream: Upstream) -> None:
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    await chat(judged_proxy.client(), ask(CAPITAL))
+    assert await qualified(judged_proxy)
+    status, _, _ = await chat(judged_proxy.client(), ask(CAPITAL_REWORDED), extra_headers={"Cache-Control": "no-cache"})
+    assert status == "miss"
+    status, _, _ = await chat(judged_proxy.client("key-B"), ask(CAPITAL_REWORDED))
+    assert status != "hit"
+    assert upstream.script.judge_calls == []
+
+
+async def test_a_late_verdict_forwards_and_is_still_remembered(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_deadline_ms=50))
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    await chat(proxy.client(), ask(CAPITAL))
+    assert await qualified(proxy)
+    upstream.script.judge_delay = 0.4
+    status, _, _ = await chat(proxy.client(), ask(CAPITAL_REWORDED))
+    assert status != "hit"
+    await asyncio.sleep(0.6)  # the verdict lands after the reply: its yes made the wording an alias
+    records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
+    (original,) = [r for r in records if r.coarse_tags.question_raw == CAPITAL]
+    aliases = [r for r in records if r.coarse_tags.alias_of == original.cache_id]
+    assert [a.answer_text for a in aliases] == [PARIS]
+    assert aliases[0].expires_at <= original.expires_at
