@@ -15,8 +15,9 @@ import pytest
 from proxy.core.model import Record
 from proxy.http import keys
 from proxy.settings import DEFAULT_POLICY, Settings
-from tests.conftest import Proxy, ProxyFactory
+from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
+from tests.e2e.test_judge import CAPITAL, CAPITAL_REWORDED, PARIS, judging_policy, qualified
 from tests.e2e.test_lifecycle import TOKEN, admin
 from tests.storage.redis_server import BINARY, RedisServer, free_port
 
@@ -163,3 +164,25 @@ async def test_a_reload_to_a_new_policy_version_on_one_replica_leaves_the_others
     assert (await chat(cb, ask("how do bees make honey")))[0] != "hit"
     await ca.close()
     await cb.close()
+
+
+async def test_an_alias_the_judge_approved_on_one_replica_is_the_others_hit(
+    make_proxy: ProxyFactory, tmp_path: Path, redis: RedisServer, upstream: Upstream
+) -> None:
+    """Replica A's judge says yes to a reworded question: the alias it writes reaches B through the
+    store's stream, and B serves that wording with no judge call of its own."""
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    policy = judging_policy(tmp_path)
+    a = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "a", policy=policy)
+    b = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "b", policy=policy)
+    assert (await chat(a.client(), ask(CAPITAL)))[0] == "miss"
+    assert await qualified(a)
+    status, served, _ = await chat(a.client(), ask(CAPITAL_REWORDED))
+    assert (status, served) == ("hit", PARIS)
+    await a.settled()
+    alias = next(r for r in [r async for r in a.app[keys.CACHE].store.iter_live()] if r.coarse_tags.alias_of)
+    await until(lambda: alias.label in b.app[keys.CACHE].keys)
+    judged = len(upstream.script.judge_calls)
+    status, served, raw = await chat(b.client(), ask(CAPITAL_REWORDED))
+    assert (status, served, raw.headers.get("x-cache-reason")) == ("hit", PARIS, "exact_repeat")
+    assert len(upstream.script.judge_calls) == judged

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from proxy.core.decision.context import DecisionContext
-from proxy.core.decision.decide import answer_validation, change_detection, lexical_guards
+from proxy.core.decision.context import DecisionContext, lexical_guard
+from proxy.core.decision.decide import answer_validation, change_detection
 from proxy.core.model import Candidate, Decision, Reason, Signature, Status
 from proxy.core.policy import IntentPolicy
 
@@ -32,8 +32,16 @@ def _judge_floor(ctx: DecisionContext) -> Decision | None:
     return None
 
 
+def _judge_guards(ctx: DecisionContext) -> Decision | None:
+    # the judge reads word order, as the verifier does: a loose reordering ("reset my account
+    # password" / "reset the password of my account") is its to judge; two words or numbers
+    # exchanged stay a guard
+    guard = lexical_guard(ctx.sig, ctx.best, verified=True)
+    return ctx.about_best(Status.HALF_HIT, guard) if guard else None
+
+
 # the nets a judged candidate must pass, in ``decide``'s order
-JUDGE_NETS: tuple[_Stage, ...] = (_judge_floor, change_detection, lexical_guards, answer_validation)
+JUDGE_NETS: tuple[_Stage, ...] = (_judge_floor, change_detection, _judge_guards, answer_validation)
 
 
 @dataclass(frozen=True, slots=True)

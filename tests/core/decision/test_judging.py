@@ -124,3 +124,11 @@ def test_the_verifier_ranks_and_filters_what_the_judge_reads() -> None:
     assert [c.record.cache_id for c in ranked.candidates] == ["sc-2", "sc-3"]
     # unscored (the verifier busy or failed): nothing is worth a call
     assert not ranked_by_verifier(ask, {}, policy)
+
+
+def test_a_loose_reordering_is_the_judges_to_read_a_swap_is_not() -> None:
+    reworded = make_record("what are the steps to reset the password of my account")
+    sig = make_sig("how do I reset my account password")
+    assert ask_ids([make_candidate(GRAY, reworded)], sig=sig) == ["sc-1"]
+    swapped = make_record("flights from Paris to Rome")
+    assert ask_ids([make_candidate(GRAY, swapped)], sig=make_sig("flights from Rome to Paris")) == []
