@@ -59,6 +59,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -123,12 +124,35 @@ class LatencyModel:
 # --- the oracle upstream -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class JudgeModel:
+    """The oracle judge's quality: a seeded false yes (``error``) on a wrong answer and false no
+    (``miss``) on a right one, per pair, and its latency; figures taken with it simulate a judge of
+    that quality."""
+
+    error: float = 0.02
+    miss: float = 0.05
+    ms: float = 20.0
+    seed: int = 7
+
+    def says(self, same: bool, pair: str) -> bool:
+        u = int(hashlib.sha1(f"{self.seed}|{pair}".encode()).hexdigest()[:8], 16) / 2**32
+        return (u >= self.miss) if same else (u < self.error)
+
+    def __str__(self) -> str:
+        return f"oracle judge: {self.error:.0%} false yes, {self.miss:.0%} false no, {self.ms:g} ms"
+
+
 @dataclass
 class OracleTally:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     unknown: int = 0  # conversations the plan does not know (should stay 0)
+    judge_calls: int = 0  # judge requests (x-smartcache-judge: 1), apart from the calls above
+    judge_yes: int = 0
+    judge_wrong: int = 0
+    exam_calls: int = 0
 
 
 class Oracle:
@@ -136,8 +160,11 @@ class Oracle:
     it deserves, tagged with that answer's id, after the latency model's delay; with ``engine``,
     the engine's answer, tagged the same way."""
 
-    def __init__(self, plan: Plan, latency: LatencyModel, engine: str | None, max_tokens: int) -> None:
+    def __init__(
+        self, plan: Plan, latency: LatencyModel, engine: str | None, max_tokens: int, judge: JudgeModel | None = None
+    ) -> None:
         self.plan, self.latency, self.engine, self.max_tokens = plan, latency, engine, max_tokens
+        self.judge = judge or JudgeModel()
         self.tally = OracleTally()
         self.http: aiohttp.ClientSession | None = None
 
@@ -160,6 +187,8 @@ class Oracle:
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if "x-smartcache-judge" in request.headers:
+            return await self._judge(request, body)
         messages = body["messages"]
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         answer_id = self.plan.oracle.get(prompt_key(system, [m["content"] for m in messages if m["role"] == "user"]))
@@ -190,6 +219,39 @@ class Oracle:
                 "usage": usage,
             }
         )
+
+    async def _judge(self, request: web.Request, body: dict[str, Any]) -> web.Response:
+        """The judge protocol as the replay harness's oracle answers it: yes when the cached answer
+        (the assistant turn before the judge question) is the one the new request deserves, with a
+        seeded false yes / false no per pair; the exam from its expect header, with the same errors."""
+        messages = body["messages"]
+        if request.headers["x-smartcache-judge"].strip().lower() == "exam":
+            self.tally.exam_calls += 1
+            same, pair = request.headers.get("x-smartcache-expect", "") == "yes", json.dumps(messages, sort_keys=True)
+        else:
+            self.tally.judge_calls += 1
+            system = next((m["content"] for m in messages if m["role"] == "system"), "")
+            users = [m["content"] for m in messages if m["role"] == "user"][:-1]
+            answer_id = self.plan.oracle.get(prompt_key(system, users))
+            tenant = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            cached = _TAG.search(str(messages[-2].get("content") or "")) if len(messages) >= 2 else None
+            same = answer_id is not None and cached is not None and cached.group(1) == self.plan.tag(answer_id, tenant)
+            pair = f"{prompt_key(system, users)}|{cached.group(1) if cached else ''}"
+        yes = self.judge.says(same, pair)
+        if request.headers["x-smartcache-judge"].strip().lower() != "exam":
+            self.tally.judge_yes += yes
+            self.tally.judge_wrong += yes != same
+        await asyncio.sleep(self.judge.ms / 1000)
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "yes" if yes else "no"},
+            "finish_reason": "stop",
+        }
+        usage = {"prompt_tokens": prompt_tokens(messages), "completion_tokens": 1}
+        return web.json_response(
+            {"id": "chatcmpl-judge", "object": "chat.completion", "created": int(time.time()),
+             "model": body.get("model", MODEL), "choices": [choice], "usage": usage}
+        )  # fmt: skip
 
     async def _engine_answer(self, messages: list[dict[str, str]]) -> tuple[str, int]:
         assert self.http is not None and self.engine is not None
@@ -340,6 +402,7 @@ async def smartcache_proxy(upstream: str, args: argparse.Namespace) -> AsyncIter
         "SMARTCACHE_MODEL_HOME": str(args.model_home),
         "SMARTCACHE_DEBUG_HEADERS": "true",
         "SMARTCACHE_UPSTREAM_TIMEOUT": "600",
+        **({"SMARTCACHE_POLICY": str(args.policy)} if args.policy else {}),
     }
     work = Path(tempfile.mkdtemp(prefix="smartcache-domains-"))
     proxy = BenchProxy(upstream, work / "d", env, args.ready_after)
@@ -352,7 +415,9 @@ async def smartcache_proxy(upstream: str, args: argparse.Namespace) -> AsyncIter
 
 
 async def run_system(system: str, plan: Plan, args: argparse.Namespace, engine: str | None) -> dict[str, Any]:
-    oracle = Oracle(plan, args.latency, engine, args.max_tokens)
+    oracle = Oracle(
+        plan, args.latency, engine, args.max_tokens, JudgeModel(args.judge_error, args.judge_miss, args.judge_ms)
+    )
     connector = aiohttp.TCPConnector(limit=0)
     async with (
         serving(oracle.app()) as upstream,
@@ -491,6 +556,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "mix": mix(plan),
         "upstream": "llama.cpp engine (SmolLM2-135M), tagged by the oracle" if args.engine else "scripted oracle",
         "latency_model": None if args.engine else str(args.latency),
+        "judge_model": str(JudgeModel(args.judge_error, args.judge_miss, args.judge_ms)),
         "ready_after_s": args.ready_after,
         "think_s": list(THINK_S),
         "repeat_gap_s": REPEAT_GAP_S,
@@ -531,6 +597,12 @@ def print_report(res: Mapping[str, Any]) -> None:
         + (f", {res['latency_model']}" if res["latency_model"] else "")
         + f". SmartCache feedback window (ready_after) {res['ready_after_s']:g} s (default 60 s); "
         f"think time {res['think_s'][0]:g}-{res['think_s'][1]:g} s; {res['concurrency']} users at a time a system."
+    )
+    up = systems["smartcache"]["upstream"]
+    print(
+        f"SmartCache's judge ({res.get('judge_model', 'oracle judge')}; figures simulate a judge of that quality): "
+        f"{up.get('judge_calls', 0)} calls ({up.get('judge_calls', 0) / max(total, 1):.2f} a request), "
+        f"said yes {up.get('judge_yes', 0)}, wrong {up.get('judge_wrong', 0)}; exam calls {up.get('exam_calls', 0)}."
     )
     print("Article §5.1 (its own traces): exact prefix 8.2 % hits, SmartCache 26.7 %; P50 1.85 / 1.74 / 0.91 s.")
     print("\n| request kind | requests | exact-prefix hits | SmartCache hits | SmartCache false hits |")
@@ -586,6 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=0, help="users at a time, each system (default: by size)")
     ap.add_argument("--sequential", action="store_true", help="the three systems one after another")
     ap.add_argument("--ready-after", type=float, default=READY_AFTER_S, help="SmartCache's feedback window, s")
+    ap.add_argument("--policy", type=Path, help="a policy file for SmartCache (default: the shipped one)")
+    ap.add_argument("--judge-error", type=float, default=JudgeModel.error, help="the oracle judge's false-yes rate")
+    ap.add_argument("--judge-miss", type=float, default=JudgeModel.miss, help="the oracle judge's false-no rate")
+    ap.add_argument("--judge-ms", type=float, default=JudgeModel.ms, help="the oracle judge's latency")
     ap.add_argument("--fixed-ms", type=float, default=LatencyModel.fixed_ms)
     ap.add_argument("--prefill-ms", type=float, default=LatencyModel.prefill_ms, help="a prompt token")
     ap.add_argument("--decode-ms", type=float, default=LatencyModel.decode_ms, help="a completion token")
