@@ -20,74 +20,20 @@ from typing import Literal
 import structlog
 
 from proxy.upstream.judge import Judge
+from proxy.upstream.judge_exam_items import ExamItem, exam_items
 
 __all__ = ["EXAM", "ExamItem", "ExamResult", "Qualification", "passes"]
 
 State = Literal["pending", "passed", "failed"]
 
 
-@dataclass(frozen=True, slots=True)
-class ExamItem:
-    question: str
-    answer: str
-    expect: bool
-
-
-def _pairs() -> tuple[ExamItem, ...]:
-    yes = [
-        (
-            "How do I reset my password?",
-            "Open Settings > Account > Reset password, then follow the link we e-mail you.",
-        ),
-        (
-            "I forgot my password, how can I get a new one?",
-            "Open Settings > Account > Reset password, then follow the link we e-mail you.",
-        ),
-        ("What is the capital of France?", "The capital of France is Paris."),
-        ("Which city is France's capital?", "The capital of France is Paris."),
-        ("How many days are there in a leap year?", "A leap year has 366 days."),
-        ("Translate 'good morning' into French.", "Bonjour."),
-        ("怎么修改绑定的手机号？", "在“设置 > 账号安全 > 手机号”里点“更换”，按提示验证新号码即可。"),
-        ("绑定的手机号要怎么换？", "在“设置 > 账号安全 > 手机号”里点“更换”，按提示验证新号码即可。"),
-        ("北京到上海的高铁大概要多久？", "北京到上海的高铁最快约4小时18分，一般在4.5到6小时之间。"),
-        ("一年有几个季度？", "一年有四个季度。"),
-        ("退货运费谁承担？", "质量问题的退货运费由商家承担，非质量问题由买家承担。"),
-        (
-            "Can you recommend a cheap Italian restaurant in the city centre?",
-            "Pizza Hut City Centre is a cheap Italian place in the centre.",
-        ),
-    ]
-    no = [
-        (
-            "How do I delete my account?",
-            "Open Settings > Account > Reset password, then follow the link we e-mail you.",
-        ),
-        ("How many days are there in a normal year?", "A leap year has 366 days."),
-        ("What is the capital of Germany?", "The capital of France is Paris."),
-        ("Translate 'good night' into French.", "Bonjour."),
-        (
-            "How long is the train from Shanghai to Beijing, and what does a first-class ticket cost?",
-            "Beijing to Shanghai by high-speed train takes about 4.5 hours.",
-        ),
-        ("怎么注销账号？", "在“设置 > 账号安全 > 手机号”里点“更换”，按提示验证新号码即可。"),
-        ("上海到北京的机票多少钱？", "北京到上海的高铁最快约4小时18分，一般在4.5到6小时之间。"),
-        ("一年有几个月？", "一年有四个季度。"),
-        ("换货运费谁承担？要几天到？", "质量问题的退货运费由商家承担，非质量问题由买家承担。"),
-        (
-            "Can you recommend an expensive Chinese restaurant in the north of the city?",
-            "Pizza Hut City Centre is a cheap Italian place in the centre.",
-        ),
-        ("What is 15% of 80?", "15% of 60 is 9."),
-        ("预算8000元，推荐一台笔记本电脑", "预算5000元的话，推荐联想小新Pro 14。"),
-    ]
-    return tuple(ExamItem(q, a, True) for q, a in yes) + tuple(ExamItem(q, a, False) for q, a in no)
-
-
-EXAM: tuple[ExamItem, ...] = _pairs()
-# a judge may err this often on the exam and still decide: a false yes serves a wrong answer, a
-# false no only costs a hit
-MAX_FALSE_YES = 1
-MAX_FALSE_NO = 2
+EXAM: tuple[ExamItem, ...] = exam_items()
+# A judge may err this often on the exam and still decide: a false yes serves a wrong answer, a
+# false no only costs a hit. Over the exam's 76 near-misses, a judge saying yes to 2 % of wrong
+# answers passes about 13 times in 14, one saying yes to 10 % about once in 20 (binomial tails);
+# over its 49 right answers, one missing 5 % passes 99 times in 100.
+MAX_FALSE_YES = 3
+MAX_FALSE_NO = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +110,8 @@ class Qualification:
                 false_yes += 1
             elif not said and item.expect:
                 false_no += 1
+            if false_yes > MAX_FALSE_YES or false_no > MAX_FALSE_NO:
+                break  # failed already: a judge at chance costs a few calls, not the whole exam
         result = ExamResult(false_yes, false_no, unanswered)
         standing.result, standing.at = result, self.clock()
         standing.state = "passed" if result.passed else "failed"
