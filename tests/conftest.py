@@ -206,6 +206,10 @@ async def make_proxy(
             # the shipped 1 s embedder deadline turns requests into overload bypasses when the
             # suite shares the cores with other work; the tests of that deadline set their own
             "embed_timeout_ms": 30_000.0,
+            # the model judge examines the upstream's model on its first request, which would add
+            # calls to every test that counts or scripts its upstream's; the judge's own tests
+            # (tests/e2e/test_judge.py, the default experience's reworded question) turn it on
+            "judge": False,
         }
         values.update(overrides)
         settings = load_settings(environ={}, overrides=values)

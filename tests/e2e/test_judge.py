@@ -48,7 +48,7 @@ async def qualified(proxy: Proxy, model: str = "m") -> bool:
 
 @pytest.fixture
 async def judged_proxy(make_proxy: ProxyFactory, tmp_path: Path) -> Proxy:
-    return await make_proxy(policy=judging_policy(tmp_path))
+    return await make_proxy(policy=judging_policy(tmp_path), judge=True)
 
 
 async def test_a_reworded_question_is_served_on_the_judges_yes(judged_proxy: Proxy, upstream: Upstream) -> None:
@@ -112,7 +112,7 @@ async def test_no_cache_and_another_tenant_never_reach_the_judge(judged_proxy: P
 async def test_a_late_verdict_forwards_and_is_still_remembered(
     make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
 ) -> None:
-    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_deadline_ms=50))
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_deadline_ms=50), judge=True)
     upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
     await chat(proxy.client(), ask(CAPITAL))
     assert await qualified(proxy)
@@ -125,3 +125,30 @@ async def test_a_late_verdict_forwards_and_is_still_remembered(
     aliases = [r for r in records if r.coarse_tags.alias_of == original.cache_id]
     assert [a.answer_text for a in aliases] == [PARIS]
     assert aliases[0].expires_at <= original.expires_at
+
+
+async def test_async_forwards_and_its_yes_makes_the_wording_an_alias(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge="async"), judge=True)
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    await chat(proxy.client(), ask(CAPITAL))
+    assert await qualified(proxy)
+    calls = len(upstream.script.calls)
+    status, answer, _ = await chat(proxy.client(), ask(CAPITAL_REWORDED), extra_body={"cache": {"no_store": True}})
+    assert (status, answer) == ("miss", PARIS) and len(upstream.script.calls) == calls + 1  # forwarded
+    for _ in range(100):  # the verdict comes after the reply
+        if upstream.script.judge_calls:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)
+    records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
+    # no_store: the forwarded answer is not kept, and neither is an alias of it
+    assert [r.coarse_tags.alias_of for r in records] == [None]
+    status, _, _ = await chat(proxy.client(), ask(CAPITAL_REWORDED))
+    assert status == "miss"  # async never serves on the request it judges
+    await proxy.settled()
+    await asyncio.sleep(0.3)
+    records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
+    original = next(r for r in records if r.coarse_tags.question_raw == CAPITAL)
+    assert any(r.coarse_tags.alias_of == original.cache_id for r in records)

@@ -173,8 +173,8 @@ async def test_an_alias_the_judge_approved_on_one_replica_is_the_others_hit(
     store's stream, and B serves that wording with no judge call of its own."""
     upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
     policy = judging_policy(tmp_path)
-    a = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "a", policy=policy)
-    b = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "b", policy=policy)
+    a = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "a", policy=policy, judge=True)
+    b = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "b", policy=policy, judge=True)
     assert (await chat(a.client(), ask(CAPITAL)))[0] == "miss"
     assert await qualified(a)
     status, served, _ = await chat(a.client(), ask(CAPITAL_REWORDED))
