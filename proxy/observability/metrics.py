@@ -252,36 +252,34 @@ class Metrics:
     def tally(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, int]]) -> None:
         """Export a part's own counts (the coalescer's flights, the prewarmer's requests) as a
         counter read at scrape time: the part keeps counting, nothing counts twice."""
-        self.registry.register(_Tally(name, documentation, label, read))
+        self.registry.register(_ReadAtScrape(name, documentation, label, read, CounterMetricFamily))
 
     def gauge_of(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
         """Export a part's own state (which models passed the judge's exam) as a gauge read at scrape time."""
-        self.registry.register(_GaugeOf(name, documentation, label, read))
+        self.registry.register(_ReadAtScrape(name, documentation, label, read, GaugeMetricFamily))
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for ``GET /metrics``."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-class _GaugeOf(Collector):
-    def __init__(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
-        self.name, self.documentation, self.label, self.read = name, documentation, label, read
+class _ReadAtScrape(Collector):
+    """A part's own numbers by one label, read when scraped, as a counter or a gauge."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        label: str,
+        read: Callable[[], Mapping[str, float]],
+        family: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    ) -> None:
+        self.name, self.documentation, self.label, self.read, self.family = name, documentation, label, read, family
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
-        for value, level in self.read().items():
-            family.add_metric([value], level)
-        yield family
-
-
-class _Tally(Collector):
-    def __init__(self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, int]]) -> None:
-        self.name, self.documentation, self.label, self.read = name, documentation, label, read
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
-        for value, count in self.read().items():
-            family.add_metric([value], count)
+        family = self.family(self.name, self.documentation, labels=[self.label])
+        for value, number in self.read().items():
+            family.add_metric([value], number)
         yield family
 
 

@@ -99,7 +99,11 @@ async def report_vector_search(shared: SharedRecordStore | None, s: Settings, me
 def wants_verifier(s: Settings, policy: Policy) -> bool:
     return s.verify and any(
         i.cache
-        and (i.verify_accept is not None or i.verify_previous is not None or (i.judges and i.judge_verify is not None))
+        and (
+            i.verify_accept is not None
+            or i.verify_previous is not None
+            or (s.judge and i.judges and i.judge_verify is not None)  # the verifier ranks what the judge reads
+        )
         for i in policy.intents.values()
     )
 

@@ -184,3 +184,15 @@ async def test_a_failed_start_closes_what_opened_and_saves_nothing(
 def _failing_signer(*args: object, **kwargs: object) -> NoReturn:
     """The start failing at a step after the cache opened its index (the signer is built then)."""
     raise RuntimeError("no signer")
+
+
+def test_the_verifier_loads_for_the_judge_only_where_the_judge_runs() -> None:
+    """The shipped policy has the pair verifier rank what its judge reads: it is loaded when the
+    judge is on, and not when it is off (``judge: false``) and no intent verifies by itself."""
+    from proxy.service.compose import wants_verifier
+
+    policy = load_policy(DEFAULT_POLICY)
+    assert policy.judges
+    assert wants_verifier(Settings(), policy)
+    assert not wants_verifier(Settings(judge=False), policy)
+    assert not wants_verifier(Settings(verify=False), policy)
