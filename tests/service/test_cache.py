@@ -156,7 +156,8 @@ async def test_a_policy_without_verify_accept_loads_no_verifier(
     tmp_path: Path, sync_embedder: SyncEmbedder, model_home: Path
 ) -> None:
     fake = FakeVerifier(0.0)
-    async with parts_with(tmp_path, sync_embedder, model_home, fake, verify_accept=None) as parts:
+    # judge off: the shipped policy's judge has the verifier rank what it reads (tests/service/test_compose.py)
+    async with parts_with(tmp_path, sync_embedder, model_home, fake, verify_accept=None, judge=False) as parts:
         assert parts.verifier is None
         plan = await ask_again(parts)
     assert plan.reason not in {Reason.VERIFIED, Reason.VERIFIER_REJECTED, Reason.VERIFIER_UNAVAILABLE}
