@@ -10,6 +10,7 @@ file fails at start or on reload and never mid-request.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import warnings
 from collections.abc import Mapping
@@ -178,9 +179,9 @@ class Policy:
     # The embedding pack the thresholds were calibrated under; None: not declared (any pack).
     embedding_model: str | None = None
 
-    @property
+    @functools.cached_property
     def judges(self) -> bool:
-        """Does the judge read any intent's gray zone?"""
+        """Does the judge read any intent's gray zone? Read on every request: computed once."""
         return any(i.judges for i in self.intents.values())
 
     def for_intent(self, name: str) -> IntentPolicy:

@@ -301,9 +301,7 @@ class SemanticCache:
         ask = None
         if judge and not repeats_only and decision.status is not Status.HIT:
             refused = self.verdicts.refused(who.tenant, sig.request_hash)
-            ask = await self._ranked(
-                ask_judge(found.ready, sig, policy, decision, refused=refused), sig, policy, stages
-            )
+            ask = await self._ranked(ask_judge(ctx, decision, refused=refused), sig, policy, stages)
         return Lookup(decision, found.best_pending, ask or None)
 
     async def _aliases_alive(self, found: Found) -> Found:

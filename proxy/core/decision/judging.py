@@ -13,12 +13,12 @@ this wording, and never where ``direct_hit: false`` serves nothing but exact rep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from proxy.core.decision.context import DecisionContext, lexical_guard
 from proxy.core.decision.decide import answer_validation, change_detection
-from proxy.core.model import Candidate, Decision, Reason, Signature, Status
+from proxy.core.model import Candidate, Decision, Reason, Status
 from proxy.core.policy import IntentPolicy
 
 __all__ = ["AskJudge", "ask_judge", "judged", "ranked_by_verifier"]
@@ -56,20 +56,14 @@ class AskJudge:
         return bool(self.candidates)
 
 
-def ask_judge(
-    candidates: Sequence[Candidate],
-    sig: Signature,
-    policy: IntentPolicy,
-    decision: Decision,
-    *,
-    refused: Collection[str] = (),
-) -> AskJudge:
+def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[str] = ()) -> AskJudge:
     """The candidates worth a judge call for a request ``decision`` did not serve: at most
-    ``judge_top`` of those that passed every net, in score order. ``refused``: records the judge
-    already said no to for this wording."""
+    ``judge_top`` of those that passed every net, in score order. ``ctx``: the context ``decision``
+    was made in, whose hard filters are not run again. ``refused``: records the judge already said
+    no to for this wording."""
+    sig, policy = ctx.sig, ctx.policy
     if decision.status is Status.HIT or not policy.judges:
         return AskJudge((), decision)
-    ctx = DecisionContext(candidates, sig, policy)
     chosen: list[Candidate] = []
     # where the verifier ranks them first, it reads the nearest ``verify_top``
     wanted = policy.judge_top if policy.judge_verify is None else max(policy.judge_top, policy.verify_top)

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from proxy.core.decision.decide import decide
+from proxy.core.decision.decide import DecisionContext, decide
 from proxy.core.decision.judging import ask_judge, judged, ranked_by_verifier
 from proxy.core.model import Candidate, KeyFacts, Reason, RecordTags, Signature, Status
 from proxy.core.policy import IntentPolicy
@@ -28,7 +28,9 @@ def ask_ids(
 ) -> list[str]:
     sig = sig or make_sig()
     decision = decide(cands, sig, policy)
-    return [c.record.cache_id for c in ask_judge(cands, sig, policy, decision, refused=refused).candidates]
+    return [
+        c.record.cache_id for c in ask_judge(DecisionContext(cands, sig, policy), decision, refused=refused).candidates
+    ]
 
 
 def test_the_gray_zone_is_asked_best_first_up_to_judge_top() -> None:
@@ -95,7 +97,7 @@ def test_a_hit_asks_nothing() -> None:
 def test_judged_serves_the_first_yes_in_order() -> None:
     cands = [make_candidate(0.8, make_record(cache_id="sc-1")), make_candidate(0.7, make_record(cache_id="sc-2"))]
     sig = make_sig()
-    ask = ask_judge(cands, sig, JUDGING, decide(cands, sig, JUDGING))
+    ask = ask_judge(DecisionContext(cands, sig, JUDGING), decide(cands, sig, JUDGING))
     served = judged(ask, {"sc-1": False, "sc-2": True})
     assert (served.status, served.reason, served.record and served.record.cache_id) == (
         Status.HIT,
@@ -118,7 +120,7 @@ def test_the_verifier_ranks_and_filters_what_the_judge_reads() -> None:
     policy = dataclasses.replace(JUDGING, judge_verify=0.9, verify_top=4, judge_top=2)
     cands = [make_candidate(s, make_record(cache_id=f"sc-{i}")) for i, s in enumerate((0.85, 0.8, 0.75, 0.7))]
     sig = make_sig()
-    ask = ask_judge(cands, sig, policy, decide(cands, sig, policy))
+    ask = ask_judge(DecisionContext(cands, sig, policy), decide(cands, sig, policy))
     assert len(ask.candidates) == 4  # the verifier reads verify_top of them
     ranked = ranked_by_verifier(ask, {"sc-0": 0.5, "sc-1": 0.93, "sc-2": 0.99, "sc-3": 0.95}, policy)
     assert [c.record.cache_id for c in ranked.candidates] == ["sc-2", "sc-3"]
