@@ -110,7 +110,7 @@ class SemanticCache:
         self.pools = Pools()
         self._index_lock = asyncio.Lock()  # adopts one at a time (a write adds its own new label unlocked)
         self._rebuild: _Rebuild | None = None
-        self.verdicts = VerdictMemory()  # the judge's refusals, by tenant and wording
+        self.verdicts = VerdictMemory(store, clock)  # the judge's refusals, by tenant and wording
 
     async def load(
         self, *, snapshot: VectorIndex | None = None, saved_keys: Mapping[int, IndexKey] | None = None
@@ -300,7 +300,7 @@ class SemanticCache:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
         ask = None
         if judge and not repeats_only and decision.status is not Status.HIT:
-            refused = self.verdicts.refused(who.tenant, sig.request_hash)
+            refused = await self.verdicts.refused(who.tenant, sig.request_hash)
             ask = await self._ranked(ask_judge(ctx, decision, refused=refused), sig, policy, stages)
         return Lookup(decision, found.best_pending, ask or None)
 

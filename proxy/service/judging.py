@@ -87,7 +87,7 @@ class Judging:
         finally:
             out.done.set()
             if refused and plan.signature is not None:
-                self.write_back.cache.verdicts.refuse(who.tenant, plan.signature.request_hash, frozenset(refused))
+                await self.write_back.cache.verdicts.refuse(who.tenant, plan.signature.request_hash, refused)
 
     async def close(self) -> None:
         """Let the verdicts under way land (their aliases are written), then stop."""

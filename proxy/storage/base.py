@@ -9,12 +9,16 @@ label in the vector index, so the index can always be rebuilt from the store.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from proxy.core.errors import ConfigError, ServiceError
 from proxy.core.model import LIVE_STATES, Record, RecordState, SessionLast
+
+# the judge's refusals kept for one wording: the judge reads a few of the nearest records
+# (``judge_top``), so a wording refused more often than this is kept by its newest refusals
+REFUSALS_PER_WORDING = 16
 
 
 class StoreMismatch(ConfigError, ValueError):
@@ -234,7 +238,19 @@ class RecordStore(Protocol):
         ...
 
     async def delete(self, selector: Selector) -> list[Ref]:
-        """Remove the selected records; the refs returned are those this call removed."""
+        """Remove the selected records; the refs returned are those this call removed. A delete
+        naming a tenant and no session (a purge) forgets that tenant's refusals too."""
+        ...
+
+    async def refuse(self, tenant: str, request_hash: str, cache_ids: Collection[str], now: float) -> None:
+        """The judge said no to these records for the wording ``request_hash`` of ``tenant``: each is
+        not offered to it again for that wording while the record lives. Only live records are
+        remembered, a refusal goes with its record (retired, expired, evicted, deleted), and a
+        wording keeps its ``REFUSALS_PER_WORDING`` newest."""
+        ...
+
+    async def refused(self, tenant: str, request_hash: str) -> frozenset[str]:
+        """The cache ids the judge refused for this wording of this tenant (never another's)."""
         ...
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:

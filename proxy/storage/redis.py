@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 
 from proxy.core.model import Record, RecordState, SessionLast
 from proxy.storage import redis_lua
-from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, Usage
+from proxy.storage.base import REFUSALS_PER_WORDING, Count, IndexRow, Ref, Selector, StoreMismatch, Usage
 from proxy.storage.redis_codec import (
     DEAD,
     INDEX,
@@ -65,6 +65,7 @@ class RedisStore:
         self._hit = client.register_script(redis_lua.HIT)
         self._feedback = client.register_script(redis_lua.FEEDBACK)
         self._purge_last = client.register_script(redis_lua.PURGE_SESSION_LAST)
+        self._refuse = client.register_script(redis_lua.REFUSE)
         self._probe = client.register_script(PROBE)
         self._serving: Callable[[], str] | None = None
         self._stream = EventStream(client, self._k("events"))
@@ -269,7 +270,20 @@ class RedisStore:
             for i in range(0, len(labels), BATCH):
                 args: list[Any] = [self.prefix, self.stream_maxlen, states_arg(selector.states), *labels[i : i + BATCH]]
                 out += pairs(await self._delete(args=args))
+            if selector.tenant is not None and selector.session is None:
+                await self._r.delete(self._k(f"no:{selector.tenant}"))
         return out
+
+    async def refuse(self, tenant: str, request_hash: str, cache_ids: Collection[str], now: float) -> None:
+        # ``now`` is not kept: the script orders a wording's refusals as they reach the server
+        args: list[Any] = [self.prefix, tenant, request_hash, REFUSALS_PER_WORDING, *sorted(cache_ids)]
+        with _unavailable():
+            await self._refuse(args=args)
+
+    async def refused(self, tenant: str, request_hash: str) -> frozenset[str]:
+        with _unavailable():
+            found = await self._r.hget(self._k(f"no:{tenant}"), request_hash)
+        return frozenset(text(found).split())
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         with _unavailable():

@@ -8,7 +8,10 @@ A record's hash: ``{p}r:{label}``; ``{p}id`` maps cache ids to labels; zsets ``{
 label), ``{p}live`` (pending and ready), ``{p}dead`` (by created_at), ``{p}pending`` (by ready_at)
 and ``{p}exp`` (live, by expires_at); sets ``{p}t:{tenant}``, ``{p}s:{tenant}\\x1f{session}`` and
 ``{p}i:{intent}``; ``{p}counts`` (state, scope, intent -> n), ``{p}bytes`` (live answer bytes) and
-the stream ``{p}events``.
+the stream ``{p}events``. The judge's refusals: a hash ``{p}no:{tenant}`` (request hash -> the
+refused cache ids, space-separated, oldest first), read with one HGET, and for each refused record
+a set ``{p}nor:{label}`` of the ``tenant\\x1frequest_hash`` naming it, by which its retirement or
+delete takes its refusals.
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ local function event(op, label, state)
 end
 local function count(state, scope, intent, n)
   redis.call('HINCRBY', p .. 'counts', state .. '\\31' .. scope .. '\\31' .. intent, n)
+end
+local function unrefuse(label, cache_id)
+  local back = p .. 'nor:' .. label
+  for _, named in ipairs(redis.call('SMEMBERS', back)) do
+    local cut = string.find(named, '\\31', 1, true)
+    local key, hash = p .. 'no:' .. string.sub(named, 1, cut - 1), string.sub(named, cut + 1)
+    local have = redis.call('HGET', key, hash)
+    if have then
+      local kept = {}
+      for id in string.gmatch(have, '[^ ]+') do
+        if id ~= cache_id then kept[#kept + 1] = id end
+      end
+      if #kept == 0 then redis.call('HDEL', key, hash) else redis.call('HSET', key, hash, table.concat(kept, ' ')) end
+    end
+  end
+  redis.call('DEL', back)
 end
 local function states_of(csv)
   local set = {}
@@ -95,6 +114,7 @@ for i = 5, #ARGV do
         redis.call('ZREM', p .. 'exp', label)
         redis.call('ZADD', p .. 'dead', f[7], label)
         redis.call('DECRBY', p .. 'bytes', f[4])
+        unrefuse(label, f[8])
       elseif is_live(new) and not is_live(old) then
         redis.call('ZREM', p .. 'dead', label)
         redis.call('ZADD', p .. 'live', label, label)
@@ -131,6 +151,7 @@ for i = 4, #ARGV do
     redis.call('SREM', p .. 'i:' .. f[3], label)
     count(f[1], f[2], f[3], -1)
     if is_live(f[1]) then redis.call('DECRBY', p .. 'bytes', f[4]) end
+    unrefuse(label, f[5])
     event('delete', label, f[1])
     out[#out + 1] = label
     out[#out + 1] = f[5]
@@ -189,4 +210,41 @@ for _, k in ipairs(keys) do
   redis.call('ZREM', ARGV[1] .. 'last_at', k)
 end
 return #keys
+"""
+
+# ARGV: prefix, tenant, request hash, how many a wording keeps, cache ids... Remembers the live
+# ones among them as refused for that wording, newest last, and names the wording in each one's
+# ``nor:{label}``. Both expire with the record hashes they name (the tenant's hash with its
+# longest-lived one): the sweeper's delete takes a refusal first, Redis's expiry is the backstop.
+# Returns how many the wording keeps, 0 where none of them was live.
+REFUSE = """
+local p, tenant, hash, cap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local key = p .. 'no:' .. tenant
+local ids = {}
+local have = redis.call('HGET', key, hash)
+if have then
+  for id in string.gmatch(have, '[^ ]+') do ids[#ids + 1] = id end
+end
+local latest = 0
+for i = 5, #ARGV do
+  local cache_id = ARGV[i]
+  local label = redis.call('HGET', p .. 'id', cache_id)
+  local k = label and (p .. 'r:' .. label)
+  local state = k and redis.call('HGET', k, 'state')
+  if state == 'pending' or state == 'ready' then
+    for j = #ids, 1, -1 do
+      if ids[j] == cache_id then table.remove(ids, j) end
+    end
+    ids[#ids + 1] = cache_id
+    local back, until_ms = p .. 'nor:' .. label, redis.call('PEXPIRETIME', k)
+    redis.call('SADD', back, tenant .. '\\31' .. hash)
+    if until_ms > 0 then redis.call('PEXPIREAT', back, until_ms) end
+    latest = math.max(latest, until_ms)
+  end
+end
+if latest == 0 then return 0 end
+while #ids > cap do table.remove(ids, 1) end
+redis.call('HSET', key, hash, table.concat(ids, ' '))
+if redis.call('PEXPIRETIME', key) < latest then redis.call('PEXPIREAT', key, latest) end
+return #ids
 """

@@ -12,28 +12,41 @@ import asyncio
 import contextlib
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from proxy.core.lru import LruDict
-from proxy.core.model import Record, RecordState, SessionLast
-from proxy.storage.base import Count, IndexRow, Ref, Selector, StoreMismatch, StoreUnavailable, Usage
+from proxy.core.model import LIVE_STATES, Record, RecordState, SessionLast
+from proxy.storage.base import (
+    REFUSALS_PER_WORDING,
+    Count,
+    IndexRow,
+    Ref,
+    Selector,
+    StoreMismatch,
+    StoreUnavailable,
+    Usage,
+)
 from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite_sql import (
     ANSWER_BYTES,
     COUNTS,
+    FORGET_REFUSALS,
     HIT,
     ID_CHUNK,
     LIVE,
     LIVE_IN,
     RECORD_COLUMNS,
+    REFUSE,
+    REFUSED,
     SCHEMA,
     SELECT_RECORDS,
     SESSION_LAST,
     SET_SESSION_LAST,
+    TRIM_REFUSALS,
     USAGE,
     chunks,
     index_columns,
@@ -60,6 +73,7 @@ def _no_room(exc: sqlite3.OperationalError) -> bool:
 T = TypeVar("T")
 FETCH_BATCH = 1000  # rows per hop to aiosqlite's thread when reading many
 LAST_ANSWERS = 32_768  # sessions whose last answer is kept in memory (``SqliteStore.session_last``)
+REFUSED_WORDINGS = 8_192  # wordings whose refusals (most often none) are kept in memory (``SqliteStore.refused``)
 
 
 class SqliteStore:
@@ -83,6 +97,8 @@ class SqliteStore:
         # (tenant, session) -> (its last answer, or None for none yet): see ``session_last``
         self._lasts: LruDict[tuple[str, str], tuple[SessionLast | None]] = LruDict(LAST_ANSWERS)
         self._recent = RecentRecords()
+        # (tenant, request hash) -> the cache ids the judge refused for it: see ``refused``
+        self._refusals: LruDict[tuple[str, str], frozenset[str]] = LruDict(REFUSED_WORDINGS)
 
     @classmethod
     async def open(cls, path: Path) -> SqliteStore:
@@ -260,6 +276,8 @@ class SqliteStore:
                     f"UPDATE {table} SET state = ? WHERE {where} RETURNING label, cache_id", [str(state), *params]
                 )
         self._recent.forget(ref.label for ref in out)
+        if state not in LIVE_STATES:
+            self._forget_refusals_of(out)
         return out
 
     async def promote_due(self, now: float) -> list[Ref]:
@@ -267,16 +285,58 @@ class SqliteStore:
 
     async def delete(self, selector: Selector) -> list[Ref]:
         out: list[Ref] = []
+        purge = selector.tenant is not None and selector.session is None
         self._recent.changing()
         async with self._writing():
             for sel in chunks(selector):
                 table, where, params = where_clause(sel)
                 out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
+            if purge:
+                await (await self._db.execute(FORGET_REFUSALS, (selector.tenant,))).close()
         self._recent.forget(ref.label for ref in out)
+        if purge:
+            self._refusals = LruDict(REFUSED_WORDINGS)  # a purge is rare: forget every wording's
+        self._forget_refusals_of(out)
         if out:
             async with self._writing():
                 await (await self._db.execute("PRAGMA incremental_vacuum(256)")).close()
         return out
+
+    def _forget_refusals_of(self, gone: Sequence[Ref]) -> None:
+        """The file's triggers took these records' refusals; the memory of them goes too."""
+        if gone:
+            ids = {ref.cache_id for ref in gone}
+            self._refusals.drop_where(lambda refused: not ids.isdisjoint(refused))
+
+    async def refuse(self, tenant: str, request_hash: str, cache_ids: Collection[str], now: float) -> None:
+        key, ids = (tenant, request_hash), sorted(cache_ids)
+        if (known := self._refusals.get(key)) is not None:
+            # known at once to the next request of this wording, which may come before the hop returns
+            self._refusals.put(key, known | frozenset(ids))
+
+        def refuse(conn: sqlite3.Connection) -> frozenset[str]:
+            conn.executemany(REFUSE, [(tenant, request_hash, now, cache_id, *LIVE) for cache_id in ids])
+            conn.execute(TRIM_REFUSALS, (*key, *key, REFUSALS_PER_WORDING))
+            return frozenset(cache_id for (cache_id,) in conn.execute(REFUSED, key))
+
+        try:
+            self._refusals.put(key, await self._at_once(refuse))
+        except BaseException:
+            self._refusals.pop(key)  # what the file holds is read again
+            raise
+
+    async def refused(self, tenant: str, request_hash: str) -> frozenset[str]:
+        """From memory where this wording was met lately: one proxy owns its data directory, so what
+        this store wrote or read is what the file holds (as ``session_last``). A cache id is never
+        minted twice, so one of a record gone meanwhile names nothing the judge could be asked."""
+        key = (tenant, request_hash)
+        if (known := self._refusals.get(key)) is not None:
+            return known
+        found = frozenset(str(cache_id) for (cache_id,) in await self._db.execute_fetchall(REFUSED, key))
+        if (known := self._refusals.get(key)) is not None:
+            return known  # refused again while this read was off the loop
+        self._refusals.put(key, found)
+        return found
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
         last = stamped(last)

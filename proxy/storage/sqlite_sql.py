@@ -42,7 +42,9 @@ EQUAL = (
     "request_hash",
 )
 
-SCHEMA = """
+# the live states as the schema's triggers name them: constants of this module, not values
+_LIVE_VALUES = ", ".join(f"'{s}'" for s in LIVE_STATES)
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS records (
   label INTEGER PRIMARY KEY AUTOINCREMENT,
   cache_id TEXT UNIQUE NOT NULL,
@@ -69,6 +71,21 @@ CREATE TABLE IF NOT EXISTS session_last (
 );
 CREATE INDEX IF NOT EXISTS session_last_at ON session_last(at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- the judge's refusals (RecordStore.refuse): a data directory written before them gains the table
+-- and its triggers when it is next opened; the triggers take a record's refusals in the very
+-- statement that retires or deletes it, whichever path that comes by
+CREATE TABLE IF NOT EXISTS refusals (
+  tenant TEXT NOT NULL, request_hash TEXT NOT NULL, cache_id TEXT NOT NULL, at REAL NOT NULL,
+  PRIMARY KEY (tenant, request_hash, cache_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS refusals_record ON refusals(cache_id);
+CREATE TRIGGER IF NOT EXISTS refusals_of_deleted AFTER DELETE ON records BEGIN
+  DELETE FROM refusals WHERE cache_id = OLD.cache_id;
+END;
+CREATE TRIGGER IF NOT EXISTS refusals_of_retired AFTER UPDATE OF state ON records
+WHEN NEW.state NOT IN ({_LIVE_VALUES}) BEGIN
+  DELETE FROM refusals WHERE cache_id = NEW.cache_id;
+END;
 """
 
 
@@ -167,6 +184,20 @@ USAGE = (
     f"FROM records WHERE {LIVE_IN}"
 )
 ANSWER_BYTES = f"SELECT COALESCE(SUM(LENGTH(CAST(answer_text AS BLOB))), 0) FROM records WHERE {LIVE_IN}"
+
+
+# a refusal is kept only of a live record (one retired meanwhile leaves none); LIVE follows the id
+REFUSE = (
+    "INSERT INTO refusals (tenant, request_hash, cache_id, at) SELECT ?, ?, cache_id, ? FROM records "
+    f"WHERE cache_id = ? AND {LIVE_IN} ON CONFLICT (tenant, request_hash, cache_id) DO UPDATE SET at = excluded.at"
+)
+REFUSED = "SELECT cache_id FROM refusals WHERE tenant = ? AND request_hash = ?"
+# a wording's newest ``REFUSALS_PER_WORDING`` kept: tenant, hash, tenant, hash, how many
+TRIM_REFUSALS = (
+    "DELETE FROM refusals WHERE tenant = ? AND request_hash = ? AND cache_id NOT IN "
+    "(SELECT cache_id FROM refusals WHERE tenant = ? AND request_hash = ? ORDER BY at DESC, cache_id LIMIT ?)"
+)
+FORGET_REFUSALS = "DELETE FROM refusals WHERE tenant = ?"
 
 
 def record_row(record: Record) -> dict[str, Any]:

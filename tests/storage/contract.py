@@ -16,7 +16,7 @@ from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordT
 from proxy.core.text.entities import Entities
 from proxy.core.text.normalize import NormalText
 from proxy.core.text.numbers import NumericConstraint
-from proxy.storage.base import Count, RecordStore, Ref, Selector, StoreMismatch, Usage
+from proxy.storage.base import REFUSALS_PER_WORDING, Count, RecordStore, Ref, Selector, StoreMismatch, Usage
 from tests import factories
 from tests.factories import unit_vector
 
@@ -294,6 +294,48 @@ class RecordStoreContract:
     async def test_tenant_salt_is_one_per_store(self, store: RecordStore) -> None:
         first = await store.tenant_salt("salt-a")
         assert first == "salt-a" and await store.tenant_salt("salt-a") == "salt-a"
+
+    async def test_a_refusal_is_kept_per_tenant_and_wording(self, store: RecordStore) -> None:
+        a, b = await put(store, 1), await put(store, 2, scope="global")
+        assert await store.refused("t1", "w1") == frozenset()
+        await store.refuse("t1", "w1", [a.cache_id], NOW)
+        await store.refuse("t1", "w1", {b.cache_id, a.cache_id}, NOW + 1)
+        assert await store.refused("t1", "w1") == {a.cache_id, b.cache_id}
+        # another wording, and another tenant asking in the same words, know of none
+        assert await store.refused("t1", "w2") == frozenset()
+        assert await store.refused("t2", "w1") == frozenset()
+        await store.refuse("t2", "w1", [b.cache_id], NOW)
+        assert await store.refused("t2", "w1") == {b.cache_id}
+        assert await store.refused("t1", "w1") == {a.cache_id, b.cache_id}
+
+    async def test_a_refusal_goes_with_its_record(self, store: RecordStore) -> None:
+        kept, retired, expired = [await put(store, n) for n in range(3)]
+        pending = await put(store, 3, state="pending")
+        ids = [kept.cache_id, retired.cache_id, expired.cache_id, pending.cache_id]
+        await store.refuse("t1", "w1", ids, NOW)
+        await store.refuse("t2", "w9", [retired.cache_id], NOW)
+        await store.set_state(Selector(cache_ids=(retired.cache_id,)), RecordState.INVALID)
+        await store.delete(Selector(cache_ids=(expired.cache_id,)))
+        assert await store.refused("t1", "w1") == {kept.cache_id, pending.cache_id}
+        assert await store.refused("t2", "w9") == frozenset()
+        # a record that is not live, or not there, leaves no refusal
+        await store.refuse("t1", "w2", [retired.cache_id, "sc-missing"], NOW)
+        assert await store.refused("t1", "w2") == frozenset()
+
+    async def test_a_wording_keeps_its_newest_refusals(self, store: RecordStore) -> None:
+        records = [await put(store, n) for n in range(REFUSALS_PER_WORDING + 3)]
+        for n, record in enumerate(records):
+            await store.refuse("t1", "w1", [record.cache_id], NOW + n)
+        kept = await store.refused("t1", "w1")
+        assert kept == {r.cache_id for r in records[3:]}
+
+    async def test_a_purged_tenant_leaves_no_refusal(self, store: RecordStore) -> None:
+        mine, shared = await put(store, 1, tenant="t1"), await put(store, 2, tenant="t2", scope="global")
+        await store.refuse("t1", "w1", [mine.cache_id, shared.cache_id], NOW)
+        await store.refuse("t2", "w1", [shared.cache_id], NOW)
+        await store.delete(Selector(tenant="t1", states=None))
+        assert await store.refused("t1", "w1") == frozenset()
+        assert await store.refused("t2", "w1") == {shared.cache_id}
 
     def test_live_states_are_the_default_selection(self) -> None:
         assert Selector().states == LIVE_STATES

@@ -87,6 +87,26 @@ async def test_an_outage_is_store_unavailable_and_the_store_recovers(redis_serve
     await store.close()
 
 
+async def test_a_refusal_is_every_replicas_and_leaves_nothing_behind_its_record(redis_url: str) -> None:
+    a, b = await RedisStore.open(redis_url), await RedisStore.open(redis_url)
+    r, other = await put(a, 1), await put(a, 2)
+    await a.refuse("t1", "w1", [r.cache_id, other.cache_id], 0.0)
+    assert await b.refused("t1", "w1") == {r.cache_id, other.cache_id}
+    assert await b.refused("t2", "w1") == frozenset()
+    raw = a._r
+    # the refusals expire with the records they name: the tenant's with the longest-lived
+    expiry = {x.label: await raw.pexpiretime(f"sc:r:{x.label}") for x in (r, other)}
+    assert await raw.pexpiretime("sc:no:t1") == max(expiry.values()) > 0
+    assert all([await raw.pexpiretime(f"sc:nor:{label}") == at for label, at in expiry.items()])
+    await b.set_state(Selector(cache_ids=(r.cache_id,)), RecordState.INVALID)
+    assert await a.refused("t1", "w1") == {other.cache_id}
+    await b.delete(Selector(cache_ids=(other.cache_id,)))
+    assert await a.refused("t1", "w1") == frozenset()
+    assert await raw.exists("sc:no:t1", f"sc:nor:{r.label}", f"sc:nor:{other.label}") == 0
+    await a.close()
+    await b.close()
+
+
 class Mirror:
     """A replica's index as the feed sees it: labels and how often it was rebuilt."""
 

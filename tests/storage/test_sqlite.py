@@ -277,3 +277,49 @@ async def test_a_store_from_before_the_stamp_is_adopted_only_by_the_model_it_was
     with pytest.raises(StoreMismatch, match="e5-small-multilingual dim=384"):
         await store.claim_embedding("use-multilingual", 512)
     await store.close()
+
+
+# The judge's refusals are rows of the file: a restart keeps them, an older file gains their table.
+async def test_a_refusal_survives_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    record = make_record(1)
+    await store.insert(record)
+    await store.refuse("t1", "w1", [record.cache_id], 1.0)
+    await store.close()
+    store = await SqliteStore.open(path)
+    assert await store.refused("t1", "w1") == {record.cache_id}
+    assert await store.refused("t2", "w1") == frozenset()
+    await store.delete(Selector(cache_ids=(record.cache_id,)))
+    await store.close()
+    store = await SqliteStore.open(path)
+    assert await store.refused("t1", "w1") == frozenset()
+    await store.close()
+
+
+async def test_a_file_written_before_refusals_gains_them_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    record = make_record(1)
+    await store.insert(record)
+    await store.close()
+    with sqlite3.connect(path) as conn:  # as an older version left it: no table, no triggers
+        conn.executescript("DROP TRIGGER refusals_of_deleted; DROP TRIGGER refusals_of_retired; DROP TABLE refusals;")
+    store = await SqliteStore.open(path)
+    assert await store.refused("t1", "w1") == frozenset()
+    await store.refuse("t1", "w1", [record.cache_id], 1.0)
+    assert await store.refused("t1", "w1") == {record.cache_id}
+    await store.set_state(Selector(cache_ids=(record.cache_id,)), RecordState.INVALID)
+    assert await store.refused("t1", "w1") == frozenset()
+    await store.close()
+
+
+async def test_a_refusal_is_known_before_its_write_returns(store: SqliteStore) -> None:
+    """The wording's next request may come while the write is on the connection's thread."""
+    record = make_record(1)
+    await store.insert(record)
+    assert await store.refused("t1", "w1") == frozenset()
+    writing = asyncio.ensure_future(store.refuse("t1", "w1", [record.cache_id], 1.0))
+    await asyncio.sleep(0)
+    assert not writing.done() and await store.refused("t1", "w1") == {record.cache_id}
+    await writing
