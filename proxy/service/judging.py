@@ -89,8 +89,12 @@ class Judging:
             if refused and plan.signature is not None:
                 await self.write_back.cache.verdicts.refuse(who.tenant, plan.signature.request_hash, refused)
 
-    async def close(self) -> None:
-        """Let the verdicts under way land (their aliases are written), then stop."""
+    async def landed(self, timeout: float = 10) -> None:
+        """Until the verdicts under way are remembered (an alias written, a refusal kept)."""
         if self._remembering:
             with contextlib.suppress(Exception):
-                await asyncio.wait(list(self._remembering), timeout=10)
+                await asyncio.wait(list(self._remembering), timeout=timeout)
+
+    async def close(self) -> None:
+        """Let the verdicts under way land, then stop."""
+        await self.landed()

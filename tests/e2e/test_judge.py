@@ -152,3 +152,24 @@ async def test_async_forwards_and_its_yes_makes_the_wording_an_alias(
     records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
     original = next(r for r in records if r.coarse_tags.question_raw == CAPITAL)
     assert any(r.coarse_tags.alias_of == original.cache_id for r in records)
+
+
+async def test_a_no_is_remembered_across_a_restart(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    """The refusal is a row of the data directory's SQLite file: the proxy started again over it
+    does not offer that record to the judge again for those words."""
+    policy = judging_policy(tmp_path)
+    first = await make_proxy(policy=policy, judge=True)
+    await chat(first.client(), ask(CAPITAL))
+    assert await qualified(first)
+    no_store = {"cache": {"no_store": True}}
+    status, _, _ = await chat(first.client(), ask(CAPITAL_REWORDED), extra_body=no_store)
+    assert status != "hit" and len(upstream.script.judge_calls) == 1
+    await first.stop()  # lets the verdicts under way land (Judging.close)
+    second = await make_proxy(policy=policy, judge=True)
+    assert (await chat(second.client(), ask(CAPITAL)))[0] == "hit"  # the record is still served
+    assert await qualified(second)
+    status, _, _ = await chat(second.client(), ask(CAPITAL_REWORDED), extra_body=no_store)
+    assert status != "hit"
+    assert len(upstream.script.judge_calls) == 1

@@ -186,3 +186,29 @@ async def test_an_alias_the_judge_approved_on_one_replica_is_the_others_hit(
     status, served, raw = await chat(b.client(), ask(CAPITAL_REWORDED))
     assert (status, served, raw.headers.get("x-cache-reason")) == ("hit", PARIS, "exact_repeat")
     assert len(upstream.script.judge_calls) == judged
+
+
+async def test_a_no_the_judge_said_on_one_replica_is_not_asked_again_on_the_other(
+    make_proxy: ProxyFactory, tmp_path: Path, redis: RedisServer, upstream: Upstream
+) -> None:
+    """Replica A's judge says no to a reworded question about A's record: the refusal is in the
+    shared store, so B, whose judge is qualified too, does not offer that record to the judge for
+    the same words."""
+    policy = judging_policy(tmp_path)
+    a = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "a", policy=policy, judge=True)
+    b = await make_proxy(store="redis", redis_url=redis.url, data_dir=tmp_path / "b", policy=policy, judge=True)
+    assert (await chat(a.client(), ask(CAPITAL)))[0] == "miss"
+    record = await only_record(a)
+    await until(lambda: record.label in b.app[keys.CACHE].keys)
+    assert (await chat(b.client(), ask(CAPITAL)))[0] == "hit"  # and B's judge takes its exam
+    assert await qualified(a) and await qualified(b)
+    no_store = {"cache": {"no_store": True}}  # the reworded answer is not a record of its own
+    # the script answers the reworded question otherwise: A's judge says no
+    status, _, _ = await chat(a.client(), ask(CAPITAL_REWORDED), extra_body=no_store)
+    assert status != "hit" and len(upstream.script.judge_calls) == 1
+    judging = a.app[keys.CHAT].judging
+    assert judging is not None
+    await judging.landed()
+    status, _, _ = await chat(b.client(), ask(CAPITAL_REWORDED), extra_body=no_store)
+    assert status != "hit"
+    assert len(upstream.script.judge_calls) == 1
