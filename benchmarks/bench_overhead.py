@@ -17,7 +17,11 @@ Modes, each with its own fresh sessions and texts so no mode feeds another:
 - ``hit_verified``: the paraphrase hit through a third proxy whose policy has the travel intent
   set ``verify_accept`` (``VERIFY_ACCEPT``), so the pair verifier reads each candidate before it
   is served. No shipped intent verifies; this row is what one that does would cost. The level is
-  low enough for the paraphrases here to pass: it measures time, not precision.
+  low enough for the paraphrases here to pass: it measures time, not precision;
+- judged rows (``miss_slow``, ``hit_judged``, ``refused_slow``, ``miss_fast``, ``refused_fast``):
+  a fourth proxy whose upstream judges the gray zone (benchmarks/overhead_judged.py): a reworded
+  request the judge says yes to, and one it says no to, beside a plain miss, with the upstream
+  slower and faster than the judge (``--judge-ms``).
 
 Seeding requests (the first asking of a pair) are not timed. Every mode runs once per round, in
 an order rotated each round; the table shows the median over rounds of each round's p50/p95/p99
@@ -32,7 +36,7 @@ bench_proxy.py compares embedding packs with the proxy inside the client's own p
 keeps the proxy in a process of its own, so its CPU time is its own and the client's event loop
 does not share its latency.
 
-    .venv/bin/python benchmarks/bench_overhead.py [--quick] [--rounds 7] [-n 40] [--json PATH]
+    .venv/bin/python benchmarks/bench_overhead.py [--quick] [--rounds 7] [-n 40] [--judge-ms 20] [--json PATH]
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from measurement import (
     DEFAULT_MODEL_HOME,
     add_pack_option,
@@ -72,13 +77,26 @@ from measurement import (
     summary,
     write_json,
 )
+from overhead_judged import (
+    EXPECT_JUDGED,
+    JUDGED_MODES,
+    JudgedUpstream,
+    JudgedWorkload,
+    collate_judged,
+    matches,
+    print_judged,
+    qualified,
+)
 from soak import ProxyProcess, free_port
 from soak_upstream import Delays, Tally, soak_upstream
+
+from tests.scripted_upstream import Script, scripted_app
 
 PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
 RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
 VERIFIED_MODES = ("hit_verified",)
-MODES = PLAIN_MODES + RACED_MODES + VERIFIED_MODES
+MODES = PLAIN_MODES + RACED_MODES + VERIFIED_MODES + JUDGED_MODES
+KEY = "sk-bench-overhead"
 VERIFY_ACCEPT = 0.5
 # a mode that asks another mode's texts of its own proxy (raced modes: their plain mode's)
 ASKED_AS = {"hit_verified": "hit_paraphrase"}
@@ -93,6 +111,7 @@ EXPECT = {
     "hit_paraphrase_raced": "hit",
     "half_hit_raced": "half-hit",
     "hit_verified": "hit",
+    **{mode: status or "any" for mode, (status, _) in EXPECT_JUDGED.items()},
 }
 CITIES = (
     "Lisbon",
@@ -174,11 +193,13 @@ APPS = ("mobile", "desktop", "web", "tablet", "banking", "shopping", "travel", "
 
 @dataclass(frozen=True)
 class Probe:
-    """One timed request; ``seed`` is asked first in the same session, untimed."""
+    """One timed request; ``seed`` is asked first in the same session, untimed; ``key``: the API
+    key (the tenant) both go with, the bench's one key unless set."""
 
     ask: str
     seed: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
 
 
 class Workload:
@@ -223,24 +244,44 @@ class Workload:
 
 
 async def post(
-    session: aiohttp.ClientSession, url: str, text: str, sid: str, extra: dict[str, Any] | None = None
+    session: aiohttp.ClientSession,
+    url: str,
+    text: str,
+    sid: str,
+    extra: dict[str, Any] | None = None,
+    key: str | None = None,
 ) -> tuple[float, str]:
     """(milliseconds to the whole answer, x-cache-status)."""
+    ms, status, _ = await post_reasoned(session, url, text, sid, extra, key)
+    return ms, status
+
+
+async def post_reasoned(
+    session: aiohttp.ClientSession,
+    url: str,
+    text: str,
+    sid: str,
+    extra: dict[str, Any] | None = None,
+    key: str | None = None,
+) -> tuple[float, str, str]:
+    """(milliseconds to the whole answer, x-cache-status, x-cache-reason)."""
     body = {"model": "m", "messages": [{"role": "user", "content": text}], **(extra or {})}
-    headers = {"Authorization": "Bearer sk-bench-overhead", "x-smartcache-session": sid}
+    headers = {"Authorization": f"Bearer {key or KEY}", "x-smartcache-session": sid}
     t0 = time.perf_counter()
     async with session.post(url, json=body, headers=headers) as resp:
         await resp.read()
         if resp.status != 200:
             raise RuntimeError(f"{url} answered {resp.status}")
-        status = resp.headers.get("x-cache-status", "-")
-    return (time.perf_counter() - t0) * 1000, status
+        status, reason = resp.headers.get("x-cache-status", "-"), resp.headers.get("x-cache-reason", "-")
+    return (time.perf_counter() - t0) * 1000, status, reason
 
 
 def proxy_of(mode: str) -> str:
     """Which of ``Serving``'s targets a mode asks."""
     if mode == "direct":
         return "direct"
+    if mode in JUDGED_MODES:
+        return "judged"
     return "raced" if mode.endswith("_raced") else "verified" if mode in VERIFIED_MODES else "proxy"
 
 
@@ -264,7 +305,7 @@ async def run_mode(
     url = urls[target]
     for i, probe in enumerate(probes):
         if probe.seed is not None:
-            await post(session, url, probe.seed, f"{tag}-{i}")
+            await post(session, url, probe.seed, f"{tag}-{i}", key=probe.key)
     pid = pids["proxy" if target == "direct" else target]  # direct: read, then reported as nan
     before = {} if target == "direct" else await stage_totals(session, url)
     cpu0 = process_cpu_seconds(pid)
@@ -272,11 +313,15 @@ async def run_mode(
     for i, p in enumerate(probes):
         if gap_s:
             await asyncio.sleep(gap_s)
-        timed.append(await post(session, url, p.ask, f"{tag}-{i}", p.extra))
+        timed.append(await post_reasoned(session, url, p.ask, f"{tag}-{i}", p.extra, p.key))
     cpu = process_cpu_seconds(pid) - cpu0
     after = {} if target == "direct" else await stage_totals(session, url)
-    result.statuses.update(status for _, status in timed)
-    matched = [ms for ms, status in timed if status == EXPECT[mode]]
+    if mode in JUDGED_MODES:  # the reason tells a judged answer from the rest
+        result.statuses.update(f"{status}/{reason}" for _, status, reason in timed)
+        matched = [ms for ms, status, reason in timed if matches(mode, status, reason)]
+    else:
+        result.statuses.update(status for _, status, _ in timed)
+        matched = [ms for ms, status, _ in timed if status == EXPECT[mode]]
     row = summary(matched)
     row["cpu_ms_per_request"] = float("nan") if mode == "direct" else 1000 * cpu / len(probes)
     for stage, total in after.items():
@@ -319,7 +364,7 @@ async def closed_loop(
 @dataclass(frozen=True)
 class Serving:
     direct: str  # the upstream's chat URL
-    # chat URL and process of each proxy by name: "proxy", and "raced" and "verified" when asked for
+    # chat URL and process of each proxy by name: "proxy", and "raced", "verified" and "judged" when asked for
     proxies: dict[str, tuple[str, int]]
 
     @property
@@ -340,16 +385,23 @@ async def serving(
     *,
     raced: bool = False,
     verified: bool = False,
+    judged: JudgedUpstream | None = None,
 ) -> AsyncIterator[Serving]:
     """The scripted upstream in this process and a proxy process in front of it, both on loopback;
     ``raced``: a second proxy beside it that races the upstream (the first never does);
-    ``verified``: a third whose travel intent sets ``verify_accept``."""
+    ``verified``: a third whose travel intent sets ``verify_accept``; ``judged``: a fourth in front
+    of that upstream of its own, whose judge decides."""
     logging.getLogger("aiohttp").setLevel(logging.ERROR)
     delays = Delays(first_byte=(upstream_ms / 1000,) * 2)
     runner = web.AppRunner(soak_upstream(delays, Tally(), random.Random(0)), access_log=None)
     await runner.setup()
     up_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", up_port).start()
+    judging_runner = web.AppRunner(scripted_app(judged.script if judged else Script()), access_log=None)
+    await judging_runner.setup()
+    judging_port = free_port()
+    if judged is not None:
+        await web.TCPSite(judging_runner, "127.0.0.1", judging_port).start()
     proxy_env = {
         **os.environ,
         "SMARTCACHE_REGENERATE_WINDOW": "0",  # a verbatim repeat is a hit here, not a regenerate
@@ -368,6 +420,8 @@ async def serving(
         envs["verified"] = {**proxy_env, "SMARTCACHE_POLICY": str(policy)}
     up = f"http://127.0.0.1:{up_port}/v1"
     processes = {name: ProxyProcess(up, work / name, env) for name, env in envs.items()}
+    if judged is not None:
+        processes["judged"] = ProxyProcess(f"http://127.0.0.1:{judging_port}/v1", work / "judged", proxy_env)
     try:
         for process in processes.values():
             await process.start()
@@ -379,6 +433,7 @@ async def serving(
         for process in processes.values():
             process.stop()
         await runner.cleanup()
+        await judging_runner.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -410,6 +465,20 @@ async def warm_up(s: aiohttp.ClientSession, target: Serving) -> None:
         url = target.proxies["verified"][0]
         await post(s, url, "Suggest a hotel near the zoo in Lima", "warm-verify")
         await post(s, url, "Can you suggest a hotel close to the zoo in Lima?", "warm-verify")
+    if "judged" in target.proxies:  # its first request began the exam: nothing is timed before it passes
+        url = target.proxies["judged"][0]
+        await qualified(s, url.removesuffix("/v1/chat/completions"), "m")
+        for i, (seed, ask) in enumerate(JUDGED_WARM_UP):
+            await post(s, url, seed, f"warm-judge-{i}", key=f"sk-warm-judge-{i}")
+            await post(s, url, ask, f"warm-judge-{i}", key=f"sk-warm-judge-{i}")
+
+
+# a pair the judge reads (its no: the scripted upstream answers them otherwise), to build the
+# verifier's graph and open the judge's connection
+JUDGED_WARM_UP = (
+    ("How do I rename my playlist in the radio app?", "How can I rename my playlist in the radio app?"),
+    ("How do I hide my birthday in the chat app?", "Can you tell me how to hide my birthday in the chat app?"),
+)
 
 
 async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[tuple[str, str]]:
@@ -421,11 +490,23 @@ async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    modes = PLAIN_MODES + (RACED_MODES if args.race else ()) + (VERIFIED_MODES if args.verified else ())
+    modes = (
+        PLAIN_MODES
+        + (RACED_MODES if args.race else ())
+        + (VERIFIED_MODES if args.verified else ())
+        + (JUDGED_MODES if args.judged else ())
+    )
     results = {mode: ModeResult() for mode in modes}
-    work_gen = Workload(args.seed)
+    work_gen, judged_gen = Workload(args.seed), JudgedWorkload(args.seed)
     throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
-    async with serving(args.upstream_ms, args.pack, args.model_home, raced=args.race, verified=args.verified) as target:
+    judged = (
+        JudgedUpstream(Script(judge_delay=args.judge_ms / 1000), args.judged_slow_ms, args.judged_fast_ms)
+        if args.judged
+        else None
+    )
+    async with serving(
+        args.upstream_ms, args.pack, args.model_home, raced=args.race, verified=args.verified, judged=judged
+    ) as target:
         urls = {"direct": target.direct, **{name: url for name, (url, _) in target.proxies.items()}}
         pids = {name: pid for name, (_, pid) in target.proxies.items()}
         connector = aiohttp.TCPConnector(limit=max(args.clients) + 8)
@@ -433,7 +514,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             await warm_up(s, target)
             for r in range(args.rounds):
                 for mode in rotated(modes, r):
-                    probes = work_gen.probes(mode, args.n)
+                    if mode in JUDGED_MODES:
+                        assert judged is not None
+                        probes = judged_probes(judged, judged_gen, mode, args.n, f"r{r}")
+                    else:
+                        probes = work_gen.probes(mode, args.n)
                     await run_mode(s, mode, probes, urls, pids, f"r{r}-{mode}", results[mode], args.gap_ms / 1000)
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             pool = await seed_pool(s, target.proxy)
@@ -441,6 +526,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 for clients in rotated(args.clients, r):
                     throughput[clients].append(await closed_loop(s, target.proxy, pool, clients, args.seconds))
     return collate(results, throughput, args)
+
+
+def judged_probes(upstream: JudgedUpstream, workload: JudgedWorkload, mode: str, n: int, tag: str) -> list[Probe]:
+    """A judged mode's probes, its upstream set for them (their latency, the answers the judge approves)."""
+    drawn = workload.probes(mode, n, tag)
+    upstream.prepare(mode, drawn)
+    return [Probe(p.ask, seed=p.seed, key=p.key) for p in drawn]
 
 
 def rotated(items: Sequence[T], r: int) -> list[T]:
@@ -463,9 +555,18 @@ def collate(
             "median": {key: median_of(res.rounds, key) for key in ("p50", "p95", "p99", "cpu_ms_per_request")},
             # the proxy's time per request in each stage (its /metrics), median of rounds
             "stages_ms": {key.removeprefix("stage_"): median_of(res.rounds, key) for key in stages},
-            "p50_over_direct_ms": median_of([{"d": d} for d in deltas], "d") if mode != "direct" else 0.0,
+            "p50_over_direct_ms": over_direct(mode, deltas),
             "rounds": res.rounds,
         }
+    extra: dict[str, Any] = {}
+    if args.judged:
+        extra["judged"] = collate_judged(
+            modes,
+            judge_ms=args.judge_ms,
+            deadline_ms=shipped_judge_deadline_ms(args.pack),
+            slow_ms=args.judged_slow_ms,
+            fast_ms=args.judged_fast_ms,
+        )
     return {
         "upstream_ms": args.upstream_ms,
         "gap_ms": args.gap_ms,
@@ -482,7 +583,24 @@ def collate(
             for c, rows in throughput.items()
         },
         "throughput_seconds": args.seconds,
+        **extra,
     }
+
+
+def over_direct(mode: str, deltas: Sequence[float]) -> float:
+    """The median over rounds of a mode's p50 less the direct row's; NaN for a judged mode, whose
+    upstream is another, with latencies of its own."""
+    if mode == "direct":
+        return 0.0
+    return float("nan") if mode in JUDGED_MODES else median_of([{"d": d} for d in deltas], "d")
+
+
+def shipped_judge_deadline_ms(pack: str) -> float:
+    """How long the shipped policy lets a raced forward wait for the verdict."""
+    from proxy.settings import shipped_policy
+
+    data = yaml.safe_load(shipped_policy(pack).read_text(encoding="utf-8"))
+    return float(data["defaults"]["judge_deadline_ms"])
 
 
 def print_tables(res: dict[str, Any], console: Console) -> None:
@@ -503,10 +621,14 @@ def print_tables(res: dict[str, Any], console: Console) -> None:
             fmt(med["p50"]),
             fmt(med["p95"]),
             fmt(med["p99"]),
-            "-" if mode == "direct" else f"{row['p50_over_direct_ms']:+.1f}",
+            "-"
+            if row["p50_over_direct_ms"] != row["p50_over_direct_ms"] or mode == "direct"
+            else f"{row['p50_over_direct_ms']:+.1f}",
             fmt(med["cpu_ms_per_request"]),
         )
     console.print(table)
+    if "judged" in res:
+        print_judged(res["judged"], console)
     print_stages(res, console)
     tp = Table(title=f"exact-repeat hit throughput, {res['throughput_seconds']:.0f} s per level, median of rounds")
     for col in ("clients", "hits/s", "hit share"):
@@ -517,7 +639,7 @@ def print_tables(res: dict[str, Any], console: Console) -> None:
 
 
 # the order a request meets them; "store" and "settle" come after its reply
-STAGE_ORDER = ("parse", "sign", "embed", "index", "verify", "decide", "serve", "upstream", "settle", "store")
+STAGE_ORDER = ("parse", "sign", "embed", "index", "verify", "decide", "judge", "serve", "upstream", "settle", "store")
 
 
 def print_stages(res: dict[str, Any], console: Console) -> None:
@@ -555,6 +677,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-race", dest="race", action="store_false", help="skip the second, racing proxy")
     ap.add_argument("--no-verified", dest="verified", action="store_false", help="skip the third, verifying proxy")
+    ap.add_argument(
+        "--no-judged", dest="judged", action="store_false", help="skip the fourth proxy and its judged rows"
+    )
+    ap.add_argument("--judge-ms", type=float, default=20.0, help="the judged proxy's judge: its latency")
+    ap.add_argument(
+        "--judged-slow-ms",
+        type=float,
+        default=80.0,
+        help="the judged proxy's upstream where it is slower than the judge",
+    )
+    ap.add_argument(
+        "--judged-fast-ms",
+        type=float,
+        default=5.0,
+        help="the judged proxy's upstream where it is faster than the judge",
+    )
     ap.add_argument("--json", type=Path, help="default: benchmarks/results/bench_overhead.json")
     args = ap.parse_args(argv)
     if args.quick:
