@@ -37,6 +37,11 @@ def _judge_guards(ctx: DecisionContext) -> Decision | None:
     # password" / "reset the password of my account") is its to judge; two words or numbers
     # exchanged stay a guard
     guard = lexical_guard(ctx.sig, ctx.best, verified=True)
+    if guard is Reason.CONTEXT_DIFFERS:
+        # a turn that leans on the reply before it, asked again in this very conversation after
+        # another reply (another conversation's is other_history): the judge reads the whole
+        # conversation, so it sees whether what the turn leans on is still what the answer read
+        return None
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
 

@@ -134,3 +134,19 @@ def test_a_loose_reordering_is_the_judges_to_read_a_swap_is_not() -> None:
     assert ask_ids([make_candidate(GRAY, reworded)], sig=sig) == ["sc-1"]
     swapped = make_record("flights from Paris to Rome")
     assert ask_ids([make_candidate(GRAY, swapped)], sig=make_sig("flights from Rome to Paris")) == []
+
+
+def test_a_turn_leaning_on_another_reply_of_this_conversation_is_the_judges_to_read() -> None:
+    # "what is their address" asked again in this session after another reply: the guard keeps
+    # the scores from serving it, but the judge reads the whole conversation and so sees whether
+    # "their" still names what the answer read
+    leaning = "what is their address"
+    record = make_record(leaning, previous_reply="Curry Prince serves Indian food in the east.")
+    sig = make_sig(leaning, previous_reply="Sure, I booked it for 7 pm.")
+    same_session = make_candidate(0.85, record, same_session=True, turn_gap=1)
+    assert decide([same_session], sig, JUDGING).reason is Reason.CONTEXT_DIFFERS
+    assert ask_ids([same_session], sig=sig) == ["sc-1"]
+    # another conversation's answer after other turns is not: the judge never read that history
+    tags = dataclasses.replace(record.coarse_tags, history="another")
+    other = make_candidate(0.85, dataclasses.replace(record, coarse_tags=tags))
+    assert ask_ids([other], sig=sig) == []
