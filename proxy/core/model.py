@@ -324,6 +324,11 @@ class Reason(StrEnum):
     AUDIO_OUTPUT = "audio_output"  # an audio answer: the cache keeps text
     WEB_SEARCH = "web_search"  # an answer read from the web at the time of asking
     HIGH_TEMPERATURE = "high_temperature"  # more variety than the default sampling: a new answer each time
+    # a Responses request leans on what the cache cannot read (proxy.core.openai.responses)
+    BACKGROUND = "background"  # run in the background, polled later: no answer to serve now
+    UNKNOWN_PREVIOUS_RESPONSE = "unknown_previous_response"  # continues a response the proxy has no record of
+    STORED_CONTEXT = "stored_context"  # a stored conversation, prompt or item the upstream keeps
+    REASONING_ITEMS = "reasoning_items"  # reasoning items in the input, or reasoning asked for in the output
     # the session or the policy rules it out before any lookup
     SESSION_RESET = "session_reset"
     INTENT_DISABLED = "intent_disabled"

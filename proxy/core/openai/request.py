@@ -96,12 +96,18 @@ class ChatRequest:
 
 
 def parse_chat_request(raw: bytes, *, cache_control: str | None = None) -> ChatRequest:
-    body = _load_object(raw)
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
-    messages = _parse_messages(body.get("messages"))
-    stream = _optional_bool(body, "stream", False)
+    body = load_object(raw)
+    check_model(body)
+    return chat_request(body, _parse_messages(body.get("messages")), cache_control=cache_control)
+
+
+def chat_request(
+    body: Mapping[str, Any], messages: tuple[Message, ...], *, cache_control: str | None = None
+) -> ChatRequest:
+    """The request of a chat body whose ``messages`` are read already: the chat route's own, or
+    the one another API's request is read as (proxy.core.openai.responses)."""
+    model = check_model(body)
+    stream = optional_bool(body, "stream", False)
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
@@ -125,7 +131,14 @@ def parse_chat_request(raw: bytes, *, cache_control: str | None = None) -> ChatR
     )
 
 
-def _load_object(raw: bytes) -> dict[str, Any]:
+def check_model(body: Mapping[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    return model
+
+
+def load_object(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -177,7 +190,7 @@ def _parse_parts(param: str, parts: list[Any]) -> tuple[list[str], bool]:
     return texts, non_text
 
 
-def _optional_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
+def optional_bool(body: Mapping[str, Any], key: str, default: bool) -> bool:
     value = body.get(key, default)
     if value is None:
         return default

@@ -13,13 +13,15 @@ counted malformed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 
 @dataclass
 class StreamTee:
+    # the bytes that end a whole stream, looked for once events are no longer parsed
+    END: ClassVar[bytes] = b"data: [DONE]"
     strip_usage: bool = False  # True when we added include_usage and the client did not ask
     text_parts: list[str] = field(default_factory=list)
     finish_reason: str | None = None
@@ -60,7 +62,7 @@ class StreamTee:
         ``max_event_bytes``: from then on the bytes as they come)."""
         if self._passthrough:
             # not parsed any more, but its end still says the upstream finished the stream
-            self.done = self.done or b"data: [DONE]" in data
+            self.done = self.done or self.END in data
             return data
         self._buffer += data.replace(b"\r\n", b"\n")
         out = []
@@ -70,7 +72,7 @@ class StreamTee:
                 out.append(event + b"\n\n")
         if len(self._buffer) > self.max_event_bytes:
             self.malformed, self._passthrough = True, True
-            self.done = b"data: [DONE]" in self._buffer
+            self.done = self.END in self._buffer
             out.append(self._buffer)
             self._buffer = b""
         return b"".join(out)
