@@ -189,6 +189,7 @@ async def open_parts(
     async with contextlib.AsyncExitStack() as stack:
         store = await open_store(s.store, s, backends)  # ``backends``: tests may add one
         stack.push_async_callback(store.records.close)
+        stack.push_async_callback(store.chains.close)
         await store.records.claim_embedding(s.embedding_model, backend.dim)
         verifying = None if pair is None else batching_verifier(s, pair)
         if verifying is not None:

@@ -12,7 +12,7 @@ record model under them, are not what a settings check should load).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +21,7 @@ from proxy.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from proxy.storage.base import RecordStore
+    from proxy.storage.chains import ResponseChains
     from proxy.storage.shared import SharedRecordStore
 
 
@@ -54,13 +55,21 @@ class Capabilities:
     shared: bool
 
 
+def _own_chains() -> ResponseChains:
+    from proxy.storage.chains import MemoryChains  # read only once a store opens
+
+    return MemoryChains()
+
+
 @dataclass(frozen=True, slots=True)
 class Store:
     """An open store as the composition holds it: its records and, for a shared backend, the same
-    store's shared face (None otherwise)."""
+    store's shared face (None otherwise); ``chains``: the conversations Responses requests
+    continue, kept where the records are, so replicas that share the records share them too."""
 
     records: RecordStore
     shared: SharedRecordStore | None = None
+    chains: ResponseChains = field(default_factory=_own_chains)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +88,13 @@ async def _open_sqlite(s: StoreSettings) -> Store:
 async def _open_redis(s: StoreSettings) -> Store:
     from proxy.storage.base import StoreUnavailable  # chosen: see the module's docstring
     from proxy.storage.redis import RedisStore
+    from proxy.storage.redis_chains import RedisChains
 
     try:
         store = await RedisStore.open(s.redis_url)
     except StoreUnavailable as exc:
         raise StoreUnavailable(f"store: redis at {s.redis_url} cannot be reached at start ({exc})") from exc
-    return Store(store, shared=store)
+    return Store(store, shared=store, chains=await RedisChains.open(s.redis_url))
 
 
 BACKENDS: Mapping[str, Backend] = MappingProxyType(
@@ -108,6 +118,7 @@ async def open_store(name: str, s: StoreSettings, backends: Mapping[str, Backend
     chosen = backend(name, backends)
     store = await chosen.open(s)
     if (store.shared is not None) != chosen.capabilities.shared:
+        await store.chains.close()
         await store.records.close()
         raise BackendMislabelled(
             f"store backend {chosen.name!r} declares shared={chosen.capabilities.shared}, "
