@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.core.errors import ConfigError
+from proxy.embedding.backends import QUIET_THREADS
 from proxy.embedding.manifest import sha256_of
 from proxy.verify.encoding import pad_batch, pair_ids
 from proxy.verify.graph import TOP_BITS, base_image, base_path, base_tokenizer, verifier_graph
@@ -150,6 +151,11 @@ class CrossEncoderVerifier:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._threads or 0
         options.inter_op_num_threads = 1
+        # quiet, as the packs' sessions are (docs/architecture.md, "Quiet model threads"): threads
+        # spinning after each run take the cores from the event loop, and from each other on a
+        # loaded machine (bench_overhead.py's judged rows)
+        for key, value in QUIET_THREADS.items():
+            options.add_session_config_entry(key, value)
         graph = self._cached_graph()
         if graph is None:
             with np.load(top_path) as npz:
