@@ -52,7 +52,8 @@ class Found:
 class Lookup:
     decision: Decision
     best_pending: float | None = None
-    # what the judge should read, where the decision did not serve and a qualified judge may decide
+    # what the judge should read, where the decision did not serve and a qualified judge may decide:
+    # in score order, ranked by the verifier once the judging starts (``ranked``)
     ask: AskJudge | None = None
 
 
@@ -286,7 +287,8 @@ class SemanticCache:
         repeats_only: bool = False,
         judge: bool = False,
     ) -> Lookup:
-        """``judge``: a qualified judge may read what the decision does not serve (``ask_judge``)."""
+        """``judge``: a qualified judge may read what the decision does not serve (``ask_judge``);
+        the command comes back unranked: the verifier ranks it (``ranked``) as the judge starts."""
         found = await self.candidates(sig, request, who, policy, repeats_only=repeats_only)
         found = await self._aliases_alive(found)
         # one context throughout: what it judged to choose the verifier's pairs is not judged again
@@ -301,7 +303,7 @@ class SemanticCache:
         ask = None
         if judge and not repeats_only and decision.status is not Status.HIT:
             refused = await self.verdicts.refused(who.tenant, sig.request_hash)
-            ask = await self._ranked(ask_judge(ctx, decision, refused=refused), sig, policy, stages)
+            ask = ask_judge(ctx, decision, refused=refused)
         return Lookup(decision, found.best_pending, ask or None)
 
     async def _aliases_alive(self, found: Found) -> Found:
@@ -320,8 +322,8 @@ class SemanticCache:
         ready = [c for c in found.ready if c.record.coarse_tags.alias_of in (None, *alive)]
         return replace(found, ready=ready)
 
-    async def _ranked(
-        self, ask: AskJudge, sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None
+    async def ranked(
+        self, ask: AskJudge, sig: Signature, policy: IntentPolicy, stages: dict[str, float] | None = None
     ) -> AskJudge:
         """What the judge reads, ranked and filtered by the pair verifier where the intent says so
         (``judge_verify``); none without a verifier's word."""

@@ -173,3 +173,21 @@ async def test_a_no_is_remembered_across_a_restart(
     status, _, _ = await chat(second.client(), ask(CAPITAL_REWORDED), extra_body=no_store)
     assert status != "hit"
     assert len(upstream.script.judge_calls) == 1
+
+
+async def test_a_yes_counts_only_for_a_candidate_the_verifier_keeps(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    """The judge reads the nearest candidate while the verifier ranks: where the verifier drops it,
+    the judge's yes serves nothing and makes no alias, and no refusal is said or kept."""
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_verify=1.0), judge=True)
+    upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
+    await chat(proxy.client(), ask(CAPITAL))
+    assert await qualified(proxy)
+    status, _, raw = await chat(proxy.client(), ask(CAPITAL_REWORDED), extra_body={"cache": {"no_store": True}})
+    assert status != "hit"
+    assert raw.headers.get("x-cache-reason") not in ("judged", "judge_refused", "judge_late")
+    await proxy.app[keys.CHAT].judging.landed()
+    records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
+    assert [r.coarse_tags.alias_of for r in records] == [None]
+    assert proxy.app[keys.CHAT].judging.decided == {"served": 0, "refused": 0, "late": 0}
