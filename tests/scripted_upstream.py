@@ -41,6 +41,11 @@ class Script:
     judge_calls: list[dict[str, Any]] = field(default_factory=list)
     exam_calls: int = 0
 
+    # /v1/responses: each call's body, and the conversation each response it stored closes (its
+    # messages in chat's form, instructions aside), so a previous_response_id resolves as OpenAI's does
+    responses_calls: list[dict[str, Any]] = field(default_factory=list)
+    stored_responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
     def judge_says(self, body: dict[str, Any], exam: str | None, expect: str) -> bool:
         msgs = body["messages"]
         if exam is not None:
@@ -185,8 +190,12 @@ def scripted_app(script: Script) -> web.Application:
             }
         )
 
+    async def responses(request: web.Request) -> web.StreamResponse:
+        return await _responses(request, script)
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/embeddings", embeddings)
     return app
@@ -222,4 +231,142 @@ async def _stream(
     if (body.get("stream_options") or {}).get("include_usage"):
         await send({**base, "choices": [], "usage": _usage(body, text)})
     await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+# ---- /v1/responses, as an OpenAI-compatible server answers it ---------------------------------
+
+
+def _input_messages(given: Any) -> list[dict[str, Any]]:
+    if given is None:
+        return []
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    out = []
+    for item in given:
+        if item.get("type", "message") != "message":
+            continue
+        content = item["content"]
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        out.append({"role": item["role"], "content": content})
+    return out
+
+
+def _error(status: int, message: str, kind: str, param: str | None, code: str, headers: dict[str, str]) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+async def _responses(request: web.Request, script: Script) -> web.StreamResponse:
+    body = await request.json()
+    script.responses_calls.append(body)
+    previous = body.get("previous_response_id")
+    if previous is not None and previous not in script.stored_responses:
+        return _error(
+            404,
+            f"Previous response with id '{previous}' not found.",
+            "invalid_request_error",
+            "previous_response_id",
+            "previous_response_not_found",
+            script.error_headers,
+        )
+    if script.delay:
+        await asyncio.sleep(script.delay)
+    if script.hold is not None:
+        await script.hold.wait()
+    if script.mode == "error500":
+        return _error(500, "engine exploded", "server_error", None, "boom", script.error_headers)
+    if script.mode == "error429":
+        return _error(
+            429, "Rate limit reached for requests", "requests", None, "rate_limit_exceeded", script.error_headers
+        )
+    history = list(script.stored_responses.get(previous, [])) if previous else []
+    said = [*history, *_input_messages(body.get("input"))]
+    system = [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []
+    text = script.answer_for({"messages": [*system, *said]})
+    rid = f"resp_up{script.counter}"
+    if body.get("store", True):
+        script.stored_responses[rid] = [*said, {"role": "assistant", "content": text}]
+    item: dict[str, Any] = {
+        "type": "message",
+        "id": f"msg_up{script.counter}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    if script.mode == "toolcall":
+        item = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "f",
+            "arguments": "{}",
+            "status": "completed",
+        }
+    length = script.mode == "length"
+    prompt = sum(len(str(m.get("content", ""))) for m in [*system, *said]) // 4 + 1
+    response = {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if length else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if length else None,
+        "error": None,
+        "model": body["model"],
+        "instructions": body.get("instructions"),
+        "previous_response_id": previous,
+        "output": [item],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": len(text) // 4 + 1,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + len(text) // 4 + 1,
+        },
+    }
+    if not body.get("stream"):
+        return web.json_response(response)
+    return await _response_events(request, response, text, cut=script.mode == "cut")
+
+
+async def _response_events(
+    request: web.Request, response: dict[str, Any], text: str, *, cut: bool
+) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    sequence = 0
+
+    async def send(kind: str, **data: Any) -> None:
+        nonlocal sequence
+        payload = {"type": kind, "sequence_number": sequence, **data}
+        sequence += 1
+        await resp.write(f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode())
+
+    started = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    await send("response.created", response=started)
+    await send("response.in_progress", response=started)
+    item = response["output"][0]
+    if item["type"] != "message":
+        await send("response.output_item.added", output_index=0, item=item)
+        await send("response.output_item.done", output_index=0, item=item)
+        await send("response.completed", response=response)
+        return resp
+    at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    await send("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "content": []})
+    await send("response.content_part.added", **at, part={"type": "output_text", "text": "", "annotations": []})
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+    for i, piece in enumerate(pieces):
+        await send("response.output_text.delta", **at, delta=piece, logprobs=[])
+        await asyncio.sleep(0.002)
+        if cut and i >= len(pieces) // 2:
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
+    await send("response.output_text.done", **at, text=text, logprobs=[])
+    await send("response.content_part.done", **at, part=item["content"][0])
+    await send("response.output_item.done", output_index=0, item=item)
+    await send(f"response.{response['status']}", response=response)
     return resp

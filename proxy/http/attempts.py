@@ -12,7 +12,7 @@ from aiohttp import web
 from proxy.core.errors import UpstreamError
 from proxy.http.outcome import Outcome
 from proxy.http.race import UpstreamCall
-from proxy.http.relay import OurHeaders, Relayed, relay_json, relay_stream
+from proxy.http.relay import OurHeaders, Reading, Relayed, relay_json, relay_stream
 from proxy.observability.metrics import Metrics
 from proxy.upstream.client import Upstream
 from proxy.upstream.readiness import Readiness
@@ -31,6 +31,7 @@ async def relay_with_retry(
     out: Outcome,
     ours: OurHeaders,
     metrics: Metrics,
+    reading: Reading,
     readiness: Readiness | None = None,
 ) -> Relayed:
     """``call`` relayed; ``again`` sends the same request once more (with the same routing key)
@@ -45,12 +46,12 @@ async def relay_with_retry(
                 answer = await call.json()
                 if readiness is not None:
                     readiness.answered(answer.status)
-                return relay_json(answer, out, ours)
+                return relay_json(answer, out, ours, reading)
             async with call.opened() as resp:
                 if readiness is not None:
                     readiness.answered(resp.status)
                 return await relay_stream(
-                    upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics
+                    upstream, http, resp, strip_usage=strip_usage, out=out, ours=ours, metrics=metrics, reading=reading
                 )
         except UpstreamError as exc:
             if readiness is not None:

@@ -1,8 +1,10 @@
-"""One chat-completion request through the cache (docs/architecture.md, "One request").
+"""One chat request through the cache (docs/architecture.md, "One request").
 
 Feedback first (reset, regenerate, correction: the user's own words beat any score), then
 sign, look up, decide; serve a hit as JSON or SSE, or forward upstream streaming through,
-and write back only a complete, successful, plain-text answer.
+and write back only a complete, successful, plain-text answer. A request of the Responses API
+runs the same way, read as the chat request it is; what differs (the upstream route, how answers
+are written and read) is its ``Dialect`` (proxy.http.dialect).
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from proxy.core.errors import UpstreamError
 from proxy.core.identity import Identity
 from proxy.core.lru import LruDict
 from proxy.core.model import Reason, Record, Signature, Status
-from proxy.core.openai.request import ChatRequest, completion_chunks, completion_json, new_completion_id
+from proxy.core.openai.request import ChatRequest
 from proxy.core.policy import IntentPolicy
 from proxy.http.attempts import relay_with_retry
+from proxy.http.dialect import CHAT, Dialect
 from proxy.http.outcome import Ending, Outcome, account, cache_headers
 from proxy.http.race import Kind, UpstreamCall
 from proxy.http.relay import Relayed
@@ -137,11 +139,14 @@ class ChatService:
                 lambda: dict(judging.decided),
             )
 
-    async def handle(self, http: web.Request, req: ChatRequest, who: Identity) -> web.StreamResponse:
+    async def handle(
+        self, http: web.Request, req: ChatRequest, who: Identity, dialect: Dialect = CHAT
+    ) -> web.StreamResponse:
+        """``dialect``: the API the request came by, chat completions unless said."""
         out = Outcome()
         t0 = time.perf_counter()
         try:
-            response = await self._route(http, req, who, out)
+            response = await self._route(http, req, who, out, dialect)
         finally:
             elapsed = time.perf_counter() - t0
             if out.settling is None:
@@ -150,14 +155,16 @@ class ChatService:
                 out.settling.add_done_callback(lambda _: account(self.metrics, out, who, elapsed))
         return response
 
-    async def _route(self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome) -> web.StreamResponse:
+    async def _route(
+        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, dialect: Dialect
+    ) -> web.StreamResponse:
         race: UpstreamCall | None = None
 
         def start_race() -> None:
             # only once the lookup is to wait for the model: a repeat decides in a few ms unraced
             nonlocal race
             if race is None:
-                race = self._send(req, who, http)
+                race = self._send(req, who, http, dialect)
 
         try:
             plan = await self.planner.plan(
@@ -169,7 +176,7 @@ class ChatService:
                 judge=self._judge_ready(req, http),
             )
             if plan.ask is not None and plan.policy is not None and self.judging is not None:
-                plan, race = await self._judge(http, req, who, out, plan, race)
+                plan, race = await self._judge(http, req, who, out, plan, race, dialect)
         except BaseException:
             if race is not None:
                 await self._drop(race)
@@ -183,8 +190,8 @@ class ChatService:
             assert plan.signature is not None and plan.policy is not None
             if race is not None:
                 await self._drop(race)
-            return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy)
-        return await self._forward(http, req, who, out, plan, race)
+            return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy, dialect)
+        return await self._forward(http, req, who, out, plan, race, dialect)
 
     def _judge_ready(self, req: ChatRequest, http: web.Request) -> bool:
         """Is a judge that passed its exam standing by for this request's model (and is any intent
@@ -194,7 +201,14 @@ class ChatService:
         return self.judging.ready(req.model, lambda: forward_headers(http.headers))
 
     async def _judge(
-        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        plan: Plan,
+        race: UpstreamCall | None,
+        dialect: Dialect,
     ) -> tuple[Plan, UpstreamCall | None]:
         """``race``: the forward goes out with the judge, and its bytes wait for the verdict up to
         the intent's deadline; a yes makes the plan a hit (the forward is then cancelled by the
@@ -206,21 +220,21 @@ class ChatService:
         if plan.policy.judge != "race":
             return plan, race
         if race is None:
-            race = self._send(req, who, http)
+            race = self._send(req, who, http, dialect)
         decision = await self.judging.decide(plan.ask, verdicts, plan.policy.judge_deadline_ms / 1000)
         out.stages["judge"] = time.perf_counter() - t
         status = decision.status
         return replace(plan, status=status, reason=decision.reason, decision=decision), race
 
-    def _send(self, req: ChatRequest, who: Identity, http: web.Request, route: str | None = None) -> UpstreamCall:
+    def _send(
+        self, req: ChatRequest, who: Identity, http: web.Request, dialect: Dialect, route: str | None = None
+    ) -> UpstreamCall:
         """``route``: the session the router keys on (``routing_session``); the caller's own by default."""
-        body = dict(req.forward_body)
-        if strips_usage(req):
-            # ask for usage so token accounting works, and strip the extra chunk on the way back
-            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        body, headers = self._hinted(body, req, who, http, route)
+        body, headers = self._hinted(dialect.upstream_body(req), req, who, http, route)
         # the client's query string goes on as it came (Azure's api-version), as on passthrough routes
-        return UpstreamCall(self.upstream, body, headers, stream=req.stream, params=tuple(http.query.items()))
+        return UpstreamCall(
+            self.upstream, body, headers, stream=req.stream, params=tuple(http.query.items()), path=dialect.path
+        )
 
     async def _drop(self, race: UpstreamCall) -> None:
         self.races["cancelled"] += 1
@@ -235,6 +249,7 @@ class ChatService:
         record: Record,
         sig: Signature,
         policy: IntentPolicy,
+        dialect: Dialect,
     ) -> web.StreamResponse:
         t = time.perf_counter()
         out.status, out.reason, out.cache_id = Status.HIT, out.decision.reason if out.decision else "", record.cache_id
@@ -247,7 +262,9 @@ class ChatService:
         # started before the reply is written: the engine prefills while the client reads
         out.prewarmed = self._prewarm(http, req, who, record.answer_text, policy)
         finish = "length" if record.cut_at is not None else "stop"
-        response = self._reply(req, headers, record.answer_text, cache_id=record.cache_id, finish_reason=finish)
+        response = await self._reply(
+            req, who, headers, record.answer_text, dialect, cache_id=record.cache_id, finish_reason=finish
+        )
         out.stages["serve"] = time.perf_counter() - t
         return response
 
@@ -257,29 +274,27 @@ class ChatService:
         body, headers = self._hinted(prewarm_body(req.forward_body, answer), req, who, http)
         return self.prewarmer.submit(body, headers)
 
-    def _reply(
+    async def _reply(
         self,
         req: ChatRequest,
+        who: Identity,
         headers: dict[str, str],
         content: str,
+        dialect: Dialect,
         *,
         cache_id: str | None,
         finish_reason: str = "stop",
     ) -> web.Response:
-        """An answer we already hold, as JSON or as SSE events, in the client's own format. The
-        events go in one body of known length: written one at a time, each cost a socket send and
-        a chunk header."""
-        cid = new_completion_id()
+        """An answer we already hold, as JSON or as SSE events, in the client's own API and format."""
+        held = dialect.held(req, content, finish_reason)
         if cache_id:
-            self.responses.put(cid, cache_id)
-        if not req.stream:
-            body = completion_json(completion_id=cid, model=req.model, content=content)
-            body["choices"][0]["finish_reason"] = finish_reason
-            return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
-        events = completion_chunks(completion_id=cid, model=req.model, content=content, include_usage=req.include_usage)
+            self.responses.put(held.response_id, cache_id)
+        # remembered before the client has it, so its follow-up finds it
+        await dialect.answered(who, held.response_id, content, finish_reason, served=True)
+        if not held.stream:
+            return web.Response(body=held.body, content_type="application/json", headers=headers)
         return web.Response(
-            body=b"".join(coalesce.with_finish_reason(events, finish_reason)),
-            headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+            body=held.body, headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
 
     def _headers(self, http: web.Request, out: Outcome) -> dict[str, str]:
@@ -300,7 +315,14 @@ class ChatService:
         )
 
     async def _forward(
-        self, http: web.Request, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, race: UpstreamCall | None
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        plan: Plan,
+        race: UpstreamCall | None,
+        dialect: Dialect,
     ) -> web.StreamResponse:
         out.status, out.reason = plan.status, plan.reason
         route = routing_session(
@@ -312,7 +334,7 @@ class ChatService:
         shares = plan.policy is not None and plan.reason not in coalesce.NEVER_COALESCE and not who.indistinct
         table = self.coalescer if shares else None
         if table is None:
-            return await self._call_upstream(http, req, who, out, plan, None, race, route=route)
+            return await self._call_upstream(http, req, who, out, plan, None, dialect, race, route=route)
         key = coalesce.coalesce_key(req, who)
         for _ in range(coalesce.FOLLOW_ATTEMPTS):
             flight = table.follow(key)
@@ -320,20 +342,26 @@ class ChatService:
                 flight = table.begin(key)
                 try:
                     # ended by the write-back, so followers get the record's id (_keep)
-                    return await self._call_upstream(http, req, who, out, plan, flight, race, route=route)
+                    return await self._call_upstream(http, req, who, out, plan, flight, dialect, race, route=route)
                 except BaseException:
                     table.end(flight)
                     raise
             if race is not None:  # the leader's call answers this request: ours is one too many
                 await self._drop(race)
                 race = None
-            if (response := await self._follow(http, req, out, flight)) is not None:
+            if (response := await self._follow(http, req, who, out, flight, dialect)) is not None:
                 return response
         # leaders keep losing their answers (clients gone, streams cut): stop waiting on them
-        return await self._call_upstream(http, req, who, out, plan, None, route=route)
+        return await self._call_upstream(http, req, who, out, plan, None, dialect, route=route)
 
     async def _follow(
-        self, http: web.Request, req: ChatRequest, out: Outcome, flight: coalesce.Flight
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        who: Identity,
+        out: Outcome,
+        flight: coalesce.Flight,
+        dialect: Dialect,
     ) -> web.StreamResponse | None:
         """Wait for the leader; its answer as a hit, its upstream error raised, or None: go yourself."""
         t = time.perf_counter()
@@ -350,7 +378,9 @@ class ChatService:
         headers = {**self._headers(http, out), "x-cache-similarity": "1.0000", "age": "0"}
         if shared.cache_id:
             headers["x-cache-id"] = shared.cache_id
-        return self._reply(req, headers, shared.text, cache_id=shared.cache_id, finish_reason=shared.finish_reason)
+        return await self._reply(
+            req, who, headers, shared.text, dialect, cache_id=shared.cache_id, finish_reason=shared.finish_reason
+        )
 
     async def _call_upstream(
         self,
@@ -360,6 +390,7 @@ class ChatService:
         out: Outcome,
         plan: Plan,
         flight: coalesce.Flight | None,
+        dialect: Dialect,
         race: UpstreamCall | None = None,
         *,
         route: str | None = None,
@@ -371,14 +402,15 @@ class ChatService:
             relayed = await relay_with_retry(
                 self.upstream,
                 http,
-                race or self._send(req, who, http, route),
-                functools.partial(self._send, req, who, http, route),
+                race or self._send(req, who, http, dialect, route),
+                functools.partial(self._send, req, who, http, dialect, route),
                 retry=self.retry,
                 stream=req.stream,
-                strip_usage=strips_usage(req),
+                strip_usage=dialect.strips_usage(req),
                 out=out,
                 ours=functools.partial(self._headers, http, out),
                 metrics=self.metrics,
+                reading=dialect,
                 readiness=self.readiness,
             )
         except UpstreamError as exc:
@@ -389,6 +421,8 @@ class ChatService:
         finally:
             out.stages["upstream"] = time.perf_counter() - t
         out.upstream_cached_tokens = cached_tokens_of(relayed.usage)
+        # remembered before the client has the whole answer, so its follow-up finds it
+        await dialect.answered(who, out.response_id, relayed.text, relayed.finish_reason, served=False)
         keep = self._keep(req, who, out, plan, relayed, flight)
         out.settling = self.settling.start(who, keep, record_vector=record_vector(plan))
         if req.stream:  # its end goes out now that the keeping is registered (relay_stream)
@@ -430,8 +464,3 @@ class ChatService:
         if out.response_id:
             self.responses.put(out.response_id, record.cache_id)
         self.metrics.write("ready" if record.state == "ready" else "pending")
-
-
-def strips_usage(req: ChatRequest) -> bool:
-    """A stream whose client did not ask for usage: we ask for it, and strip it on the way back."""
-    return req.stream and not req.include_usage

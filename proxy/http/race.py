@@ -20,7 +20,7 @@ from typing import Any, Literal
 import aiohttp
 
 from proxy.http.relay import opened_stream
-from proxy.upstream.client import JsonAnswer, Query, Upstream
+from proxy.upstream.client import CHAT_PATH, JsonAnswer, Query, Upstream
 
 Kind = Literal["json", "stream"]
 BOTH: frozenset[Kind] = frozenset({"json", "stream"})
@@ -40,7 +40,7 @@ def races(mode: str, flavour: str) -> frozenset[Kind]:
 
 
 class UpstreamCall:
-    """One chat request's upstream call, running as a task from the moment it is made: before the
+    """One request's upstream call, running as a task from the moment it is made: before the
     plan is known when racing, once the plan says forward otherwise.
 
     A streamed call is opened (``relay.opened_stream``: an error status raises as it would on the
@@ -50,13 +50,21 @@ class UpstreamCall:
     """
 
     def __init__(
-        self, upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, stream: bool, params: Query = ()
+        self,
+        upstream: Upstream,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        *,
+        stream: bool,
+        params: Query = (),
+        path: str = CHAT_PATH,
     ) -> None:
+        """``path``: the upstream route, chat's unless the request came by another API."""
         self._exits = contextlib.AsyncExitStack()
         self._task: asyncio.Task[Any] = asyncio.ensure_future(
-            self._exits.enter_async_context(opened_stream(upstream, body, headers, params=params))
+            self._exits.enter_async_context(opened_stream(upstream, body, headers, params=params, path=path))
             if stream
-            else upstream.chat_json(body, headers, params=params)
+            else upstream.chat_json(body, headers, params=params, path=path)
         )
 
     async def json(self) -> JsonAnswer:

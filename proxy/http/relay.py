@@ -1,24 +1,47 @@
-"""Relaying an upstream chat answer to the client as it arrives, JSON or SSE, while reading what
+"""Relaying an upstream answer to the client as it arrives, JSON or SSE, while reading what
 write-back and coalesced followers need out of it. A stream cut after its status line ends with an
-in-band error event, as OpenAI's own do; nothing but a whole answer is ever marked storable."""
+in-band error event, as OpenAI's own do; nothing but a whole answer is ever marked storable. How
+an answer is read is the API's (``Reading``: proxy.http.dialect); the relaying is the same."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from proxy.core.errors import UpstreamError, UpstreamUnavailable
-from proxy.core.openai.sse import StreamTee, answer_of_completion
+from proxy.core.openai.sse import StreamTee
 from proxy.http.outcome import Ending, Outcome
 from proxy.observability.metrics import Metrics
-from proxy.upstream import coalesce
-from proxy.upstream.client import JsonAnswer, Query, Upstream, chat_headers
+from proxy.upstream.client import CHAT_PATH, JsonAnswer, Query, Upstream, chat_headers
+
+
+@dataclass(frozen=True, slots=True)
+class JsonRead:
+    """What an upstream's JSON answer says, in chat's terms."""
+
+    text: str | None  # its plain text whatever its ending; None: tool calls, no text answer
+    finish_reason: str | None
+    usage: dict[str, Any]
+    response_id: str | None
+    plain: bool  # one whole, non-empty text answer: kept where it stopped, or was cut at the limit
+
+
+class Reading(Protocol):
+    """How one API's upstream answers are read while they are relayed."""
+
+    def read_json(self, body: Any) -> JsonRead: ...
+
+    def tee(self, *, strip_usage: bool) -> StreamTee: ...
+
+    def error_event(self, exc: UpstreamError) -> bytes:
+        """The in-band event that ends a stream the upstream broke."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,29 +61,27 @@ class Relayed:
 OurHeaders = Callable[[], dict[str, str]]
 
 
-def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders) -> Relayed:
+def relay_json(answer: JsonAnswer, out: Outcome, ours: OurHeaders, reading: Reading) -> Relayed:
     out.upstream_status = answer.status
-    plain, usage = answer_of_completion(answer.body, cut_ok=True)
-    if isinstance(answer.body, dict) and isinstance(answer.body.get("id"), str):
-        out.response_id = answer.body["id"]
+    read = reading.read_json(answer.body)
+    if read.response_id is not None:
+        out.response_id = read.response_id
     response = web.Response(
         body=answer.raw, status=answer.status, content_type="application/json", headers={**answer.headers, **ours()}
     )
-    text, finish = coalesce.plain_answer(answer.body)
+    finish = read.finish_reason
     return Relayed(
-        response, usage, text, finish, plain is not None and finish == "stop", plain is not None and finish == "length"
+        response, read.usage, read.text, finish, read.plain and finish == "stop", read.plain and finish == "length"
     )
 
 
 @contextlib.asynccontextmanager
 async def opened_stream(
-    upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, params: Query = ()
+    upstream: Upstream, body: dict[str, Any], headers: dict[str, str], *, params: Query = (), path: str = CHAT_PATH
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """A streamed chat call whose status line said success; an error status raises (with the
+    """A streamed call whose status line said success; an error status raises (with the
     upstream's headers). ``params``: the client's query string, sent on as it came."""
-    async with upstream.open_stream(
-        "POST", "chat/completions", headers=headers, content=orjson.dumps(body), params=params
-    ) as resp:
+    async with upstream.open_stream("POST", path, headers=headers, content=orjson.dumps(body), params=params) as resp:
         if resp.status >= 400:
             raise await upstream.read_error(resp)
         yield resp
@@ -75,13 +96,14 @@ async def relay_stream(
     out: Outcome,
     ours: OurHeaders,
     metrics: Metrics,
+    reading: Reading,
 ) -> Relayed:
     """``resp``: an opened stream (``opened_stream``, or a raced call's), its body unread.
 
     A whole answer is relayed up to its end but for the end of the body itself: the caller ends it
     (``write_eof``) once what it does with the answer is under way, so the client cannot have
     the answer before the proxy has registered its keeping (proxy.service.settling)."""
-    tee = StreamTee(strip_usage=strip_usage)
+    tee = reading.tee(strip_usage=strip_usage)
     out.upstream_status = resp.status
     response = web.StreamResponse(
         status=resp.status,
@@ -100,12 +122,12 @@ async def relay_stream(
         if rest := tee.flush():
             await response.write(rest)
         if not tee.done:
-            raise UpstreamUnavailable("upstream stream ended before [DONE]")
+            raise UpstreamUnavailable("upstream stream ended before its last event")
     except UpstreamError as exc:
         # the status line is gone already: say so in-band, as OpenAI does, and store nothing
         metrics.upstream_error(type(exc).__name__)
         out.ending = Ending.UPSTREAM_CUT
-        await end_with_error(response, exc)
+        await end_with_error(response, reading.error_event(exc))
         return Relayed(response, tee.usage or {})
     except ConnectionResetError:
         out.ending = Ending.CLIENT_GONE
@@ -121,7 +143,7 @@ async def relay_stream(
     )
 
 
-async def end_with_error(response: web.StreamResponse, exc: UpstreamError) -> None:
+async def end_with_error(response: web.StreamResponse, event: bytes) -> None:
     with contextlib.suppress(ConnectionResetError):
-        await response.write(b"data: " + orjson.dumps(exc.to_body()) + b"\n\n")
+        await response.write(event)
         await response.write_eof()

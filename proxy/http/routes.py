@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from aiohttp import web
 
 from proxy.core.errors import BodyTooLarge, InvalidRequest, MethodNotAllowed, NotFound, SmartCacheError
-from proxy.core.identity import identify
-from proxy.core.openai.request import parse_chat_request
+from proxy.core.identity import caller_tenant, identify
+from proxy.core.model import Reason
+from proxy.core.openai.request import ChatRequest, load_object, parse_chat_request
+from proxy.core.openai.responses import Chain, as_chat, parse_responses_request
 from proxy.http import keys
+from proxy.http.dialect import ResponsesDialect
+from proxy.settings import Settings
+from proxy.storage.base import StoreUnavailable
 from proxy.upstream.client import chat_headers, forward_headers, response_headers
 
 # a streamed body keeps its declared length (else it goes chunked); a raw relay may carry any
@@ -58,15 +64,49 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     t = time.perf_counter()
     raw = await read_body(request, settings.max_body_bytes)
     chat_request = parse_chat_request(raw, cache_control=request.headers.get("Cache-Control"))
-    if len(chat_request.messages) > settings.max_messages:
-        raise InvalidRequest(
-            f"'messages' has {len(chat_request.messages)} entries; this proxy takes at most "
-            f"{settings.max_messages} (setting max_messages)",
-            param="messages",
-        )
+    _check_length(chat_request, settings, "messages", "'messages' has {} entries")
     who = identify(request.headers, chat_request, salt=app[keys.TENANT_SALT], query=tuple(request.query.items()))
     app[keys.METRICS].observe_stage("parse", time.perf_counter() - t)
     return await app[keys.CHAT].handle(request, chat_request, who)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    """The Responses API through the same cache, read as the chat request it is
+    (proxy.core.openai.responses); ``previous_response_id`` resolved within the caller's tenant."""
+    app = request.app
+    settings = app[keys.SETTINGS]
+    t = time.perf_counter()
+    raw = await read_body(request, settings.max_body_bytes)
+    parsed = parse_responses_request(load_object(raw))
+    salt, query = app[keys.TENANT_SALT], tuple(request.query.items())
+    chains = app[keys.STORE].chains
+    earlier: Chain | None = None
+    lost = False
+    if parsed.previous_response_id is not None:
+        try:
+            earlier = await chains.get(
+                caller_tenant(request.headers, salt=salt, query=query), parsed.previous_response_id
+            )
+        except StoreUnavailable:
+            lost = True  # forwarded untouched and uncached, as a store that is down leaves any request
+    chat_request = as_chat(parsed, earlier, cache_control=request.headers.get("Cache-Control"))
+    if lost:
+        chat_request = replace(chat_request, bypass_reason=chat_request.bypass_reason or Reason.STORE_UNAVAILABLE)
+    _check_length(
+        chat_request, settings, "input", "the conversation (input and the responses it continues) has {} messages"
+    )
+    who = identify(request.headers, chat_request, salt=salt, query=query)
+    app[keys.METRICS].observe_stage("parse", time.perf_counter() - t)
+    return await app[keys.CHAT].handle(request, chat_request, who, ResponsesDialect(parsed, earlier, chains))
+
+
+def _check_length(chat_request: ChatRequest, settings: Settings, param: str, says: str) -> None:
+    if len(chat_request.messages) > settings.max_messages:
+        raise InvalidRequest(
+            f"{says.format(len(chat_request.messages))}; this proxy takes at most "
+            f"{settings.max_messages} (setting max_messages)",
+            param=param,
+        )
 
 
 async def chat_other_method(request: web.Request) -> web.StreamResponse:
@@ -161,6 +201,7 @@ async def metrics(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_route("*", "/v1/chat/completions", chat_other_method)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -42,6 +42,7 @@ _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cac
 # A chat answer is framed by us: its type, length, encoding, caching and cache headers are ours.
 _NOT_ON_CHAT = HOP_BY_HOP | {"content-length", "content-encoding", "content-type", "cache-control", "age"}
 _OURS = ("x-cache-", "x-smartcache")
+CHAT_PATH = "chat/completions"
 
 
 def _named_by_connection(headers: Mapping[str, str]) -> set[str]:
@@ -148,11 +149,14 @@ class Upstream:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def chat_json(self, body: Mapping[str, Any], headers: Mapping[str, str], *, params: Query = ()) -> JsonAnswer:
-        """``params``: the client's query string, sent on as it came (Azure's ``api-version``)."""
+    async def chat_json(
+        self, body: Mapping[str, Any], headers: Mapping[str, str], *, params: Query = (), path: str = CHAT_PATH
+    ) -> JsonAnswer:
+        """``params``: the client's query string, sent on as it came (Azure's ``api-version``);
+        ``path``: the route, chat's unless another API's request is forwarded (``responses``)."""
         with translated_errors():
             try:
-                status, raw, got = await asyncio.wait_for(self._post_json(body, headers, params), self.timeout)
+                status, raw, got = await asyncio.wait_for(self._post_json(body, headers, params, path), self.timeout)
             except TimeoutError as exc:
                 raise UpstreamTimeout(f"upstream did not answer within {self.timeout:g} s") from exc
         if status >= 400:
@@ -164,10 +168,10 @@ class Upstream:
         return JsonAnswer(status, parsed, raw, chat_headers(got))
 
     async def _post_json(
-        self, body: Mapping[str, Any], headers: Mapping[str, str], params: Query
+        self, body: Mapping[str, Any], headers: Mapping[str, str], params: Query, path: str
     ) -> tuple[int, bytes, CIMultiDictProxy[str]]:
         sent = {**{k: v for k, v in headers.items() if k.lower() != "content-type"}, "content-type": "application/json"}
-        url = self.url("chat/completions")
+        url = self.url(path)
         async with self._decoding.post(
             url, data=orjson.dumps(body), headers=sent, params=params or None, allow_redirects=False, proxy=self._proxy
         ) as resp:
