@@ -71,6 +71,7 @@ SCRIPTS = (
     Script("bench_store"),
     Script("bench_never_cache"),
     Script("bench_intent"),
+    Script("bench_filters"),
     Script("bench_replicas"),
     Script("bench_verifier"),
     Script("bench_domains"),
@@ -240,6 +241,20 @@ def _intent(r: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _filters(r: Mapping[str, Any]) -> str:
+    p, f, j = r["pairs"], r["pairs thrown out, by filter"], r["judge would be asked"]
+    passed = "passed every hard filter"
+    thrown = ", ".join(
+        f"{name} {row['true']}/{row['false']}"
+        for name, row in f.items()
+        if name != passed and (row["true"] or row["false"])
+    )
+    return (
+        f"of {p['true']} true / {p['false']} false pairs, thrown out by {thrown}; {passed}"
+        f" {f[passed]['true']}/{f[passed]['false']}; the judge would be asked {j['true']}/{j['false']}"
+    )
+
+
 def _verifier(r: Mapping[str, Any]) -> str:
     parts = []
     for name, row in r["sets"].items():
@@ -281,6 +296,7 @@ HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "bench_view_length": _view_length,
     "bench_never_cache": _never_cache,
     "bench_intent": _intent,
+    "bench_filters": _filters,
     "bench_verifier": _verifier,
     "bench_domains": _domains,
     "bench_router": _router,
