@@ -14,7 +14,7 @@ import functools
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -51,7 +51,7 @@ _OPTIONAL_DEFAULTS = (
 _DEPRECATED: Mapping[str, str] = MappingProxyType(
     {"half_hit": "every half-hit forwards the conversation unchanged, with the engine's prefix-cache hints"}
 )
-_INTENT_ONLY = ("exemplars", "keywords", "force")
+_INTENT_ONLY = ("exemplars", "keywords", "force", "neighbours")
 _BUILTIN: Mapping[str, Any] = MappingProxyType(
     {
         "global_safe": False,
@@ -70,6 +70,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "exemplars": (),
         "keywords": (),
         "force": False,
+        "neighbours": frozenset(),
     }
 )
 
@@ -135,6 +136,11 @@ class IntentPolicy:
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
+    # the intents whose records this one reads, and which read its own: where the classifier's
+    # readings of one request fall either side of a boundary its exemplars draw (one wording read
+    # as a shop question, another left unsure and so general), the intent filter does not part
+    # them. Declared on either side, held by both; cached intents that serve by the same rule only
+    neighbours: frozenset[str] = frozenset()
 
     @property
     def judge_score_floor(self) -> float:
@@ -292,7 +298,7 @@ def _intents(block: Mapping[str, Any], defaults: Mapping[str, Any], source: str)
             "missing; every policy needs a 'general' intent, the fallback for turns no other intent claims",
         )
     _check_forced_keywords(resolved, source)
-    return MappingProxyType(resolved)
+    return MappingProxyType(_with_neighbours(resolved, source))
 
 
 def _without_deprecated(block: Mapping[str, Any], where: str, source: str) -> Mapping[str, Any]:
@@ -354,6 +360,49 @@ def _check_pools(values: Mapping[str, Any], where: str, source: str) -> None:
             "widen_to 'global' serves answers across tenants and "
             "needs global_safe: true; set it only for answers proven safe for everyone, "
             "else widen to 'tenant'",
+        )
+
+
+def _with_neighbours(intents: Mapping[str, IntentPolicy], source: str) -> dict[str, IntentPolicy]:
+    """Each intent with its neighbours declared on either side. A neighbour's record is served
+    under the request's intent, so both must be cached and serve by the same rule (a record of an
+    intent that serves exact repeats alone must not be served by meaning through another); a
+    forced intent is kept apart by its keywords on purpose (请假 and 投诉 e-mails)."""
+    held: dict[str, set[str]] = {name: set() for name in intents}
+    for intent in intents.values():
+        for other in sorted(intent.neighbours):
+            where = f"intents.{intent.name}.neighbours"
+            if other not in intents:
+                hint = difflib.get_close_matches(other, list(intents), n=1)
+                fix = f"did you mean '{hint[0]}'?" if hint else "name an intent this policy defines"
+                raise PolicyError(source, where, f"unknown intent {other!r}; {fix}")
+            _check_neighbours(intent, intents[other], where, source)
+            held[intent.name].add(other)
+            held[other].add(intent.name)
+    return {name: replace(intent, neighbours=frozenset(held[name])) for name, intent in intents.items()}
+
+
+def _check_neighbours(one: IntentPolicy, other: IntentPolicy, where: str, source: str) -> None:
+    if one.name == other.name:
+        raise PolicyError(source, where, "an intent is not its own neighbour; remove it from the list")
+    for intent in (one, other):
+        if not intent.cache:
+            raise PolicyError(
+                source, where, f"'{intent.name}' is never cached, so it has no records to share; remove it"
+            )
+        if intent.force:
+            raise PolicyError(
+                source,
+                where,
+                f"'{intent.name}' is forced by its keywords, which keep it apart from every other intent; "
+                "remove it or set force: false",
+            )
+    if one.direct_hit != other.direct_hit:
+        raise PolicyError(
+            source,
+            where,
+            f"'{one.name}' and '{other.name}' differ in direct_hit, so a record one serves only as an exact "
+            "repeat would be served by meaning through the other; pair intents that serve by the same rule",
         )
 
 

@@ -36,6 +36,7 @@ COLUMNS: Final[Mapping[str, str]] = {
     "keywords": "keywords",
     "force": "keywords",
     "exemplars": "exemplars",
+    "neighbours": "neighbours",
 }
 # Knobs that decide no hit, and why they are not shown
 NOT_SHOWN: Final[Mapping[str, str]] = {
@@ -69,6 +70,7 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
         "global_safe": _yes(intent.global_safe),
         "repeats": intent.repeats_widen_to,
         "judge": _judge(intent),
+        "neighbours": ",".join(sorted(intent.neighbours)) or "-",
     }
     return {
         "intent": intent.name,

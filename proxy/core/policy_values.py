@@ -90,6 +90,13 @@ def _as_texts(value: Any) -> tuple[str, ...]:
     return tuple(item.strip() for item in value)
 
 
+def _as_intent_names(value: Any) -> frozenset[str]:
+    items = _as_texts(value)
+    if len(set(items)) != len(items):
+        raise BadValue("an intent is listed twice; list each once")
+    return frozenset(items)
+
+
 _SCOPE = _choice(SCOPES)
 CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
     {
@@ -117,6 +124,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,
+        "neighbours": _as_intent_names,
         "min_similarity": _as_unit,
         "margin": _as_unit,
         "followup_max_chars": _as_positive_int,

@@ -208,6 +208,19 @@ def test_global_pool_needs_global_safe() -> None:
     assert policy.intents["chitchat"].pools == SCOPES
 
 
+def test_a_neighbour_declared_on_one_side_is_held_by_both() -> None:
+    body = {"keywords": ["refund"], "neighbours": ["general"]}
+    policy = parse_policy(minimal(refund=body, travel={"keywords": ["trip"]}), "mem.yaml")
+    assert policy.intents["refund"].neighbours == {"general"}
+    assert policy.intents["general"].neighbours == {"refund"}
+    assert policy.intents["travel"].neighbours == frozenset()
+    assert {row["intent"]: row["neighbours"] for row in policy_table(policy)} == {
+        "general": "refund",
+        "refund": "general",
+        "travel": "-",
+    }
+
+
 def test_classifier_block_is_optional_and_validated() -> None:
     assert parse_policy(minimal(), "mem.yaml").classifier.followup_max_chars > 0
     data = minimal()
@@ -361,6 +374,48 @@ BROKEN = [
         "intents.loud.force",
         "at least one keyword",
         id="force-without-keywords",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["refnud"]),
+        "intents.general.neighbours",
+        "did you mean 'refund'?",
+        id="neighbour-unknown",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["general"]),
+        "intents.general.neighbours",
+        "not its own neighbour",
+        id="neighbour-itself",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["realtime"]),
+        "intents.general.neighbours",
+        "'realtime' is never cached",
+        id="neighbour-never-cached",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["leave_email"]),
+        "intents.general.neighbours",
+        "'leave_email' is forced by its keywords",
+        id="neighbour-forced",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["code"]),
+        "intents.general.neighbours",
+        "differ in direct_hit",
+        id="neighbour-serving-otherwise",
+    ),
+    pytest.param(
+        set_path("intents.general.neighbours", ["refund", "refund"]),
+        "intents.general.neighbours",
+        "listed twice",
+        id="neighbour-twice",
+    ),
+    pytest.param(
+        set_path("defaults.neighbours", ["general"]),
+        "defaults.neighbours",
+        "set per intent only",
+        id="neighbours-in-defaults",
     ),
 ]
 

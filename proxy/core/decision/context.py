@@ -8,7 +8,7 @@ Pure, as the decision is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
@@ -79,14 +79,18 @@ def same_request(sig: Signature, cand: Candidate) -> bool:
     return sig.question_bare == bare_question(theirs)
 
 
-def hard_filter(candidates: Sequence[Candidate], sig: Signature) -> list[Filtered]:
+def hard_filter(
+    candidates: Sequence[Candidate], sig: Signature, *, neighbours: Collection[str] = frozenset()
+) -> list[Filtered]:
     """Each candidate, with why it is dropped if it is. The intent filter spares the record of this
-    very request (``same_request``): the classifier may name two framings of one turn differently."""
+    very request (``same_request``): the classifier may name two framings of one turn differently;
+    and a record of one of the request's intent's ``neighbours`` (proxy.core.policy), which the
+    classifier's readings of one request straddle."""
     out = []
     for cand in candidates:
         tags = cand.record.coarse_tags
         same = same_request(sig, cand)
-        if tags.intent != sig.tags.intent and not same:
+        if tags.intent != sig.tags.intent and tags.intent not in neighbours and not same:
             out.append(Filtered(cand, Reason.FILTERED_INTENT))
             continue
         conflicts = entities_conflict(tags.entities, sig.tags.entities)
@@ -178,7 +182,7 @@ class DecisionContext:
         return self._once(
             "ranked",
             lambda: sorted(
-                hard_filter(self.candidates, sig),
+                hard_filter(self.candidates, sig, neighbours=self.policy.neighbours),
                 key=lambda f: (not f.same, f.candidate.record.request_hash != sig.request_hash, -f.candidate.score),
             ),
         )
@@ -266,11 +270,13 @@ class DecisionContext:
 
     def _detect_change(self) -> ChangeVerdict:
         tags = self.best.record.coarse_tags
+        # a neighbouring intent's record is no other topic: the hard filter let it through as this one's
+        neighbour = tags.intent in self.policy.neighbours
         return detect_change(
             self.sig.current_text,
             candidate_entities=tags.entities,
             request_entities=self.sig.tags.entities,
-            candidate_intent=tags.intent,
+            candidate_intent=self.sig.tags.intent if neighbour else tags.intent,
             request_intent=self.sig.tags.intent,
             restated_turn=tags.question if self.restated else None,
         )

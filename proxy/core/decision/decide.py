@@ -1,10 +1,11 @@
 """Hit, half-hit or miss: an ordered tuple of stages over the candidates, each of which may end
 the decision (like structlog's processors). Pure: the verifier's probabilities come in computed.
 
-1. Hard filters: a candidate of another intent, or whose active entities conflict with the
-   request's, is dropped whatever its score. The best survivor (or the record a restatement
-   names: by its words, or the session's previous turn when the verifier reads the request as
-   that turn asked again, at ``verify_previous``) is judged by every later stage.
+1. Hard filters: a candidate of another intent (other than the intent's declared ``neighbours``),
+   or whose active entities conflict with the request's, is dropped whatever its score. The best
+   survivor (or the record a restatement names: by its words, or the session's previous turn when
+   the verifier reads the request as that turn asked again, at ``verify_previous``) is judged by
+   every later stage.
 2. Score floor: below the intent's ``candidate`` score it is a miss.
 3. Change detection: a turn that negates, adds or modifies a constraint of the candidate's
    context makes a half-hit (history still useful, answer not); another topic is a miss.

@@ -310,6 +310,33 @@ def test_the_stage_that_decided_is_named() -> None:
     assert by_reason[Reason.ACCEPT] == by_reason[Reason.VERIFIED] == "hit"
 
 
+# one request read either side of a boundary the exemplars draw: "I forgot my password, how can I
+# reset it?" left unsure, and so general, against "How do I reset my password?" (benchmarks/bench_filters.py)
+NEIGHBOURLY = make_policy(neighbours=frozenset({"general"}))
+
+
+def test_a_record_of_a_neighbouring_intent_is_judged_as_one_of_the_requests_own() -> None:
+    record = make_record(intent="general")
+    assert decide([make_candidate(record=record)], make_sig(), make_policy()).reason is Reason.FILTERED_INTENT
+    served = decide([make_candidate(record=record)], make_sig(), NEIGHBOURLY)
+    # nor is it another topic to change detection
+    assert (served.status, served.reason, served.signals) == (Status.HIT, Reason.ACCEPT, ())
+    gray = decide([make_candidate(0.85, record)], make_sig(), NEIGHBOURLY)
+    assert (gray.status, gray.reason) == (Status.HALF_HIT, Reason.CANDIDATE_ZONE)
+
+
+@pytest.mark.parametrize(
+    ("why", "record", "sig"),
+    [
+        ("another intent than the neighbour", make_record(intent="refund"), make_sig()),
+        ("conflicting entities", make_record(intent="general", entities=BERGEN), make_sig(entities=OSLO)),
+    ],
+)
+def test_a_neighbouring_intents_record_meets_every_other_filter(why: str, record: Record, sig: Signature) -> None:
+    decision = decide([make_candidate(record=record)], sig, NEIGHBOURLY)
+    assert (decision.status, decision.stage) == (Status.MISS, "hard_filters"), why
+
+
 def test_the_best_surviving_candidate_is_judged() -> None:
     weak, strong = (
         make_candidate(0.85, make_record(cache_id="weak")),

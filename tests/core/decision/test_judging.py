@@ -77,6 +77,12 @@ def test_what_never_reaches_the_judge(why: str, candidate: Candidate, policy: In
     assert ask_ids([candidate], policy=policy, sig=sig) == [], why
 
 
+def test_a_neighbouring_intents_record_in_the_gray_zone_is_the_judges_to_read() -> None:
+    cand = make_candidate(GRAY, make_record(intent="general"))
+    assert ask_ids([cand]) == []
+    assert ask_ids([cand], policy=dataclasses.replace(JUDGING, neighbours=frozenset({"general"}))) == ["sc-1"]
+
+
 def test_a_record_the_judge_refused_for_this_wording_is_not_asked_again() -> None:
     cands = [make_candidate(0.8, make_record(cache_id="sc-1")), make_candidate(0.7, make_record(cache_id="sc-2"))]
     assert ask_ids(cands, refused=frozenset({"sc-1"})) == ["sc-2"]
