@@ -222,8 +222,10 @@ async def purge_tenant(request: web.Request) -> web.Response:
     cache = request.app[keys.CACHE]
     tenants = _tenants_holding(named, {tenant for tenant, _ in cache.pools.sessions})
     purged = 0
+    chains = request.app[keys.STORE].chains
     for tenant in tenants:
         purged += len(await cache.retire(Selector(tenant=tenant, states=None), to=None))
+        await chains.forget(tenant)  # the conversations its Responses follow-ups would continue
     await cache.store.scrub()
     return web.json_response({"tenant": named, "purged": purged, "tenants": tenants})
 

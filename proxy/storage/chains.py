@@ -29,6 +29,10 @@ class ResponseChains(Protocol):
 
     async def put(self, tenant: str, response_id: str, chain: Chain) -> None: ...
 
+    async def forget(self, tenant: str) -> int:
+        """Every chain of ``tenant`` gone (a revoked key's purge); how many there were."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -78,6 +82,12 @@ class MemoryChains:
         while self._chars > self.max_chars and self._chains:
             _, dropped = self._chains.popitem(last=False)
             self._chars -= chars_of(dropped)
+
+    async def forget(self, tenant: str) -> int:
+        doomed = [key for key in self._chains if key[0] == tenant]
+        for key in doomed:
+            self._chars -= chars_of(self._chains.pop(key))
+        return len(doomed)
 
     async def close(self) -> None:
         self._chains.clear()

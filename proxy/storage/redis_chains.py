@@ -9,6 +9,8 @@ as ``StoreUnavailable``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -46,5 +48,28 @@ class RedisChains:
         with unavailable():
             await self._r.set(self._key(tenant, response_id), encode_chain(chain), ex=self.ttl_s)
 
+    async def forget(self, tenant: str) -> int:
+        pattern = self._key(_glob_escaped(tenant), "*")
+        forgotten = 0
+        with unavailable():
+            async for batch in _batches(self._r.scan_iter(match=pattern, count=500)):
+                forgotten += int(await self._r.delete(*batch))
+        return forgotten
+
     async def close(self) -> None:
         await self._r.aclose()
+
+
+def _glob_escaped(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+async def _batches(keys: AsyncIterator[bytes], size: int = 500) -> AsyncIterator[list[bytes]]:
+    batch: list[bytes] = []
+    async for key in keys:
+        batch.append(key)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -13,6 +13,9 @@ import pytest
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
 from tests.e2e.test_judge import CAPITAL, CAPITAL_REWORDED, PARIS, judging_policy, qualified
+from tests.e2e.test_lifecycle import admin
+from tests.e2e.test_redis_replicas import redis, replica  # noqa: F401 (redis: a fixture)
+from tests.storage.redis_server import RedisServer
 
 SYSTEM = "You are a helpful assistant."  # test_e2e_core's system prompt, as instructions
 HIT_EVENTS = [
@@ -303,3 +306,21 @@ async def test_a_reworded_question_is_served_on_the_judges_yes(
     assert (status, served, raw.headers["x-cache-reason"]) == ("hit", PARIS, "judged")
     assert len(upstream.script.judge_calls) == 1
     assert len(upstream.script.responses_calls) <= calls + 1  # a raced forward, cancelled on the yes
+
+
+async def test_a_follow_up_reaches_another_replica_over_one_redis_until_the_key_is_purged(
+    make_proxy: ProxyFactory,
+    tmp_path: Path,
+    redis: RedisServer,  # noqa: F811
+    upstream: Upstream,
+) -> None:
+    a, b = await replica(make_proxy, tmp_path, "a", redis), await replica(make_proxy, tmp_path, "b", redis)
+    _, _, first = await respond(a.client(**session("x1")), "What is the capital of Japan?")
+    status, _, follow = await respond(
+        b.client(**session("x1")), "And how many people live there?", previous_response_id=first.parse().id
+    )
+    assert status == "miss" and follow.headers["x-cache-reason"] != "unknown_previous_response"  # read whole
+    purged, said = await admin(a, "post", "/admin/tenants/purge", json={"api_key": "key-A"})
+    assert purged == 200 and said["purged"] == 2  # the two answers; their chains go with them
+    status, _, after = await respond(b.client(**session("x1")), "And its area?", previous_response_id=follow.parse().id)
+    assert (status, after.headers["x-cache-reason"]) == ("bypass", "unknown_previous_response")

@@ -38,6 +38,9 @@ async def test_memory_chains_are_kept_by_tenant_and_forgotten_least_recent_first
     assert len(chains) == 3
     await chains.put("t1", "resp_d", CHAIN)  # written again: counted once
     assert len(chains) == 3
+    await chains.put("t2", "resp_e", CHAIN)
+    assert await chains.forget("t1") == 2  # a revoked key's purge
+    assert len(chains) == 1 and await chains.get("t2", "resp_e") == CHAIN
 
 
 @pytest.fixture
@@ -68,6 +71,11 @@ async def test_one_replicas_chain_is_read_by_another_with_a_time_to_live(
     assert await b.get("t2", "resp_a") is None
     ttl = await b._r.ttl(b._key("t1", "resp_a"))
     assert 0 < ttl <= b.ttl_s
+    await a.put("t1", "resp_b", CHAIN)
+    await a.put("t*", "resp_c", CHAIN)
+    assert await b.forget("t*") == 1  # a tenant is matched as it is spelled, never as a pattern
+    assert await b.forget("t1") == 2
+    assert await b.get("t1", "resp_a") is None
     redis_server.stop()
     with pytest.raises(StoreUnavailable):
         await b.get("t1", "resp_a")
