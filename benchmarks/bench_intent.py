@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -238,7 +239,8 @@ if __name__ == "__main__":
     ap.add_argument("--per-source", type=int, default=80)
     ap.add_argument("--traces", type=Path, default=HERE.parent.parent / "shared" / "eval" / "dev_traces.jsonl")
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_PER_SOURCE} a source, {QUICK_TRACES} conversations")
-    ap.add_argument("--model-home", type=Path)
+    # where the packs are installed already (the default: installed into the run's own data dir)
+    ap.add_argument("--model-home", type=Path, default=os.environ.get("SMARTCACHE_MODEL_HOME"))
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     add_pack_option(ap)
     args = ap.parse_args()
