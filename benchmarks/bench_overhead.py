@@ -11,6 +11,9 @@ Modes, each with its own fresh sessions and texts so no mode feeds another:
 - ``half_hit``: a general question asked again in other words, in the policy's candidate zone
   (forwarded upstream with the context reused);
 - ``bypass``: a request the cache must not answer (``logprobs``), forwarded as is;
+- ``responses_miss``, ``responses_hit``: ``miss`` and ``hit_exact`` through ``POST /v1/responses``
+  (seeded through it too), to the same proxy: what reading a Responses body as a chat request and
+  writing a hit as a response object cost beside chat's;
 - ``*_raced``: miss, paraphrase hit and half-hit again through a second proxy, beside the first,
   that races the upstream (``race_upstream: on``, docs/architecture.md, "Racing the upstream"): the upstream call
   goes out while the lookup runs. The first proxy runs with ``race_upstream: off``;
@@ -83,6 +86,7 @@ from overhead_judged import (
     JudgedUpstream,
     JudgedWorkload,
     collate_judged,
+    judge_round_trips,
     matches,
     print_judged,
     qualified,
@@ -93,13 +97,14 @@ from soak_upstream import Delays, Tally, soak_upstream
 from tests.scripted_upstream import Script, scripted_app
 
 PLAIN_MODES = ("direct", "miss", "hit_exact", "hit_paraphrase", "half_hit", "bypass")
+RESPONSES_MODES = ("responses_miss", "responses_hit")
 RACED_MODES = ("miss_raced", "hit_paraphrase_raced", "half_hit_raced")
 VERIFIED_MODES = ("hit_verified",)
-MODES = PLAIN_MODES + RACED_MODES + VERIFIED_MODES + JUDGED_MODES
+MODES = PLAIN_MODES + RESPONSES_MODES + RACED_MODES + VERIFIED_MODES + JUDGED_MODES
 KEY = "sk-bench-overhead"
 VERIFY_ACCEPT = 0.5
 # a mode that asks another mode's texts of its own proxy (raced modes: their plain mode's)
-ASKED_AS = {"hit_verified": "hit_paraphrase"}
+ASKED_AS = {"hit_verified": "hit_paraphrase", "responses_miss": "miss", "responses_hit": "hit_exact"}
 EXPECT = {
     "direct": "-",
     "miss": "miss",
@@ -107,6 +112,8 @@ EXPECT = {
     "hit_paraphrase": "hit",
     "half_hit": "half-hit",
     "bypass": "bypass",
+    "responses_miss": "miss",
+    "responses_hit": "hit",
     "miss_raced": "miss",
     "hit_paraphrase_raced": "hit",
     "half_hit_raced": "half-hit",
@@ -264,8 +271,12 @@ async def post_reasoned(
     extra: dict[str, Any] | None = None,
     key: str | None = None,
 ) -> tuple[float, str, str]:
-    """(milliseconds to the whole answer, x-cache-status, x-cache-reason)."""
-    body = {"model": "m", "messages": [{"role": "user", "content": text}], **(extra or {})}
+    """(milliseconds to the whole answer, x-cache-status, x-cache-reason); a ``/responses`` URL is
+    sent a Responses body, any other a chat one."""
+    said: dict[str, Any] = (
+        {"input": text} if url.endswith("/responses") else {"messages": [{"role": "user", "content": text}]}
+    )
+    body = {"model": "m", **said, **(extra or {})}
     headers = {"Authorization": f"Bearer {key or KEY}", "x-smartcache-session": sid}
     t0 = time.perf_counter()
     async with session.post(url, json=body, headers=headers) as resp:
@@ -303,6 +314,8 @@ async def run_mode(
 ) -> None:
     target = proxy_of(mode)
     url = urls[target]
+    if mode in RESPONSES_MODES:
+        url = url.replace("/chat/completions", "/responses")
     for i, probe in enumerate(probes):
         if probe.seed is not None:
             await post(session, url, probe.seed, f"{tag}-{i}", key=probe.key)
@@ -332,10 +345,10 @@ async def run_mode(
 _STAGE_SUM = re.compile(r'^smartcache_stage_seconds_sum\{stage="(\w+)"\} (\S+)$', re.M)
 
 
-async def stage_totals(session: aiohttp.ClientSession, chat_url: str) -> dict[str, float]:
+async def stage_totals(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     """The proxy's own seconds so far in each request stage (its ``/metrics``): read before and
     after a mode, they say where the mode's time went, per request."""
-    async with session.get(chat_url.replace("/v1/chat/completions", "/metrics")) as resp:
+    async with session.get(url.split("/v1/")[0] + "/metrics") as resp:
         text = await resp.text()
     return {stage: float(total) for stage, total in _STAGE_SUM.findall(text)}
 
@@ -366,6 +379,7 @@ class Serving:
     direct: str  # the upstream's chat URL
     # chat URL and process of each proxy by name: "proxy", and "raced", "verified" and "judged" when asked for
     proxies: dict[str, tuple[str, int]]
+    judge: str | None = None  # the judged proxy's upstream's chat URL, where its judge answers
 
     @property
     def proxy(self) -> str:
@@ -428,6 +442,7 @@ async def serving(
         yield Serving(
             f"{up}/chat/completions",
             {name: (process.url + "/v1/chat/completions", pid_of(process)) for name, process in processes.items()},
+            f"http://127.0.0.1:{judging_port}/v1/chat/completions" if judged is not None else None,
         )
     finally:
         for process in processes.values():
@@ -492,6 +507,7 @@ async def seed_pool(s: aiohttp.ClientSession, url: str, size: int = 64) -> list[
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     modes = (
         PLAIN_MODES
+        + RESPONSES_MODES
         + (RACED_MODES if args.race else ())
         + (VERIFIED_MODES if args.verified else ())
         + (JUDGED_MODES if args.judged else ())
@@ -499,6 +515,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     results = {mode: ModeResult() for mode in modes}
     work_gen, judged_gen = Workload(args.seed), JudgedWorkload(args.seed)
     throughput: dict[int, list[dict[str, float]]] = {c: [] for c in args.clients}
+    judge_rounds: list[dict[str, float]] = []  # the judge asked straight, once a round
     judged = (
         JudgedUpstream(Script(judge_delay=args.judge_ms / 1000), args.judged_slow_ms, args.judged_fast_ms)
         if args.judged
@@ -520,12 +537,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     else:
                         probes = work_gen.probes(mode, args.n)
                     await run_mode(s, mode, probes, urls, pids, f"r{r}-{mode}", results[mode], args.gap_ms / 1000)
+                if target.judge is not None:
+                    judge_rounds.append(await judge_round_trips(s, target.judge, args.n))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             pool = await seed_pool(s, target.proxy)
             for r in range(args.rounds):
                 for clients in rotated(args.clients, r):
                     throughput[clients].append(await closed_loop(s, target.proxy, pool, clients, args.seconds))
-    return collate(results, throughput, args)
+    return collate(results, throughput, args, judge_rounds)
 
 
 def judged_probes(upstream: JudgedUpstream, workload: JudgedWorkload, mode: str, n: int, tag: str) -> list[Probe]:
@@ -542,7 +561,10 @@ def rotated(items: Sequence[T], r: int) -> list[T]:
 
 
 def collate(
-    results: dict[str, ModeResult], throughput: dict[int, list[dict[str, float]]], args: argparse.Namespace
+    results: dict[str, ModeResult],
+    throughput: dict[int, list[dict[str, float]]],
+    args: argparse.Namespace,
+    judge_rounds: Sequence[dict[str, float]] = (),
 ) -> dict[str, Any]:
     direct = results["direct"].rounds
     modes: dict[str, Any] = {}
@@ -562,6 +584,7 @@ def collate(
     if args.judged:
         extra["judged"] = collate_judged(
             modes,
+            judge_rounds,
             judge_ms=args.judge_ms,
             deadline_ms=shipped_judge_deadline_ms(args.pack),
             slow_ms=args.judged_slow_ms,

@@ -166,8 +166,32 @@ def soak_upstream(delays: Delays, tally: Tally, rng: random.Random) -> web.Appli
             # (aiohttp's finish_response drops a reply it cannot send without logging an error)
             return web.Response(status=499)
 
+    async def responses(request: web.Request) -> web.StreamResponse:
+        """``/v1/responses`` as JSON, after the same first-byte delay, for a proxy's Responses route
+        (bench_overhead's responses rows); faults and streams are chat's alone."""
+        body = await request.json()
+        tally.calls += 1
+        given = body.get("input")
+        text = given if isinstance(given, str) else json.dumps(given)
+        await asyncio.sleep(rng.uniform(*delays.first_byte))
+        answer = f"Answer to: {text[:200]} [for:{_key_of(request)}]"
+        message = {"type": "message", "id": f"msg_soak{tally.calls}", "role": "assistant", "status": "completed"}
+        usage = {"input_tokens": len(text) // 4 + 1, "output_tokens": len(answer) // 4 + 1}
+        return web.json_response(
+            {
+                "id": f"resp_soak{tally.calls}",
+                "object": "response",
+                "created_at": int(time.time()),
+                "status": "completed",
+                "model": str(body.get("model", "m")),
+                "output": [{**message, "content": [{"type": "output_text", "text": answer, "annotations": []}]}],
+                "usage": {**usage, "total_tokens": usage["input_tokens"] + usage["output_tokens"]},
+            }
+        )
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", answered)
+    app.router.add_post("/v1/responses", responses)
     return app
 
 
