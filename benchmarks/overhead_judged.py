@@ -18,6 +18,10 @@ wording is ever asked twice: each probe draws a question of its own.
   forward's first byte, so it should wait no longer than ``miss_slow``;
 - ``miss_fast``, ``refused_fast``: the same two with the upstream faster than the judge: the
   forward waits for the verdict, never past the deadline.
+
+Each round also times the judge asked straight, a judge request sent to that upstream without a
+proxy (``judge_round_trips``): ``hit_judged``'s p50 less it is the proxy's own time measured as
+the direct rows measure a miss's, beside the p50 less the judge's nominal ``judge_ms``.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from measurement import fmt
+from measurement import fmt, median_of, summary
 from rich.console import Console
 from rich.table import Table
 
+from proxy.upstream.judge import JUDGE_HEADER, judge_body
 from tests.scripted_upstream import Script
 
 SLOW_MODES = ("miss_slow", "hit_judged", "refused_slow")
@@ -158,15 +163,38 @@ async def qualified(session: aiohttp.ClientSession, base_url: str, model: str, t
     raise RuntimeError(f"the judge's exam did not end in {timeout:.0f} s (state {state})")
 
 
+async def judge_round_trips(session: aiohttp.ClientSession, url: str, n: int) -> dict[str, float]:
+    """The judge asked straight at ``url``, no proxy between: ``n`` judge requests as the proxy
+    sends them, their milliseconds over HTTP (``summary``)."""
+    question = [{"role": "user", "content": ASKED.format(verb="reset", thing="password", app="mobile")}]
+    body = judge_body(question, "Open Settings, then Security.", "m", logprobs=True)
+    headers = {JUDGE_HEADER: "1", "Authorization": "Bearer sk-bench-judge-direct"}
+    times = []
+    for _ in range(n):
+        t0 = asyncio.get_running_loop().time()
+        async with session.post(url, json=body, headers=headers) as resp:
+            await resp.read()
+        times.append((asyncio.get_running_loop().time() - t0) * 1000)
+    return summary(times)
+
+
 def collate_judged(
-    modes: Mapping[str, Any], *, judge_ms: float, deadline_ms: float, slow_ms: float, fast_ms: float
+    modes: Mapping[str, Any],
+    judge_rounds: Sequence[Mapping[str, float]],
+    *,
+    judge_ms: float,
+    deadline_ms: float,
+    slow_ms: float,
+    fast_ms: float,
 ) -> dict[str, Any]:
-    """The judged rows against their targets, from the modes' per-round figures."""
+    """The judged rows against their targets, from the modes' per-round figures and the judge's
+    own (``judge_round_trips``), round by round."""
     out: dict[str, Any] = {
         "judge_ms": judge_ms,
         "judge_deadline_ms": deadline_ms,
         "upstream_slow_ms": slow_ms,
         "upstream_fast_ms": fast_ms,
+        "judge_direct": {key: median_of(judge_rounds, key) for key in ("p50", "p95")},
     }
     if "hit_judged" in modes:
         med = modes["hit_judged"]["median"]
@@ -174,24 +202,28 @@ def collate_judged(
             "p50": med["p50"],
             "p95": med["p95"],
             "p50_less_judge_ms": med["p50"] - judge_ms,
+            # median over rounds of each round's p50 less the judge's p50 asked straight in that round
+            "p50_less_judge_direct_ms": paired_median(modes["hit_judged"]["rounds"], judge_rounds),
             "target_ms": HIT_TARGET_MS,
         }
     for refused, plain in BESIDE.items():
         if refused not in modes or plain not in modes:
             continue
-        deltas = [
-            r["p50"] - m["p50"]
-            for r, m in zip(modes[refused]["rounds"], modes[plain]["rounds"], strict=True)
-            if r["p50"] == r["p50"] and m["p50"] == m["p50"]
-        ]
         out[refused] = {
             "p50": modes[refused]["median"]["p50"],
             "plain_miss_p50": modes[plain]["median"]["p50"],
             # median over rounds of each round's difference of p50s, both measured in that round
-            "extra_wait_ms": statistics.median(deltas) if deltas else float("nan"),
+            "extra_wait_ms": paired_median(modes[refused]["rounds"], modes[plain]["rounds"]),
             "target_ms": 0.0 if refused == "refused_slow" else deadline_ms,
         }
     return out
+
+
+def paired_median(rounds: Sequence[Mapping[str, float]], beside: Sequence[Mapping[str, float]]) -> float:
+    """The median over rounds of one p50 less another taken in the same round (NaN: none both had)."""
+    pairs = zip(rounds, beside, strict=True)
+    deltas = [r["p50"] - b["p50"] for r, b in pairs if r["p50"] == r["p50"] and b["p50"] == b["p50"]]
+    return statistics.median(deltas) if deltas else float("nan")
 
 
 def print_judged(judged: Mapping[str, Any], console: Console) -> None:
@@ -209,8 +241,17 @@ def print_judged(judged: Mapping[str, Any], console: Console) -> None:
             "hit_judged",
             fmt(row["p50"]),
             fmt(row["p95"]),
-            "p50 less the judge's latency",
+            f"p50 less the judge's {judged['judge_ms']:g} ms",
             fmt(row["p50_less_judge_ms"]),
+            f"<= {row['target_ms']:g}",
+        )
+        direct = judged["judge_direct"]
+        table.add_row(
+            "judge_direct",
+            fmt(direct["p50"]),
+            fmt(direct["p95"]),
+            "hit_judged's p50 less this, by round",
+            fmt(row["p50_less_judge_direct_ms"]),
             f"<= {row['target_ms']:g}",
         )
     for refused, plain in BESIDE.items():

@@ -161,6 +161,17 @@ def _overhead(r: Mapping[str, Any]) -> str:
         if m in modes
     ]
     parts.append("hits/s " + "/".join(f"{fmt(v['requests_per_s'], 0)}@{c}" for c, v in tp.items()))
+    judged = r.get("judged", {})
+    if "hit_judged" in judged:
+        hit = judged["hit_judged"]
+        parts.append(
+            f"judged hit p50 {fmt(hit['p50'])} ms: {fmt(hit['p50_less_judge_ms'])} over the "
+            f"{judged['judge_ms']:g} ms judge, {fmt(hit['p50_less_judge_direct_ms'])} over it asked straight "
+            f"(p50 {fmt(judged['judge_direct']['p50'])}); target {hit['target_ms']:g}"
+        )
+    for row in ("refused_slow", "refused_fast"):
+        if row in judged:
+            parts.append(f"{row} waits {judged[row]['extra_wait_ms']:+.1f} ms over a plain miss")
     return f"direct p50 {fmt(modes['direct']['median']['p50'])} ms; " + "; ".join(parts)
 
 
