@@ -102,13 +102,19 @@ def hard_filter(
     return out
 
 
-def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, verified: bool = False) -> Reason | None:
+def lexical_guard(
+    sig: Signature, cand: Candidate, *, restated: bool = False, verified: bool = False, judged: bool = False
+) -> Reason | None:
     """Why the embedding cannot be trusted for this pair, if it cannot (see proxy.core.text.lexical). A
     restatement was matched on the conversation's own words, so the reply it follows is moot. A
     pair the verifier will read (``verified``) is held only to the exchanges word lists show for
-    sure (two words or two numbers swapped); a looser reordering is the verifier's to judge."""
+    sure (two words or two numbers swapped); a looser reordering is the verifier's to judge. A
+    pair the model judge reads (``judged``) is not held to what this conversation said between the
+    answer and the request (context_moved, context_differs): the judge reads the whole conversation,
+    so it sees whether what the request leans on is still what the answer read; another
+    conversation's history it never reads, so other_history stands."""
     tags = cand.record.coarse_tags
-    if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP:
+    if cand.same_session and (cand.turn_gap or 0) > MAX_TURN_GAP and not judged:
         # the conversation moved on since that answer: other turns now sit between them
         return Reason.CONTEXT_MOVED
     if not cand.same_session and tags.history != sig.history_key:
@@ -139,6 +145,7 @@ def lexical_guard(sig: Signature, cand: Candidate, *, restated: bool = False, ve
         return Reason.REORDERED_WORDS
     if (
         not restated
+        and not judged
         and context_dependent(sig.current_text)
         and text_similarity(sig.previous_reply, tags.previous_reply) < CONTEXT_REPLY_SIMILARITY
     ):

@@ -34,14 +34,11 @@ def _judge_floor(ctx: DecisionContext) -> Decision | None:
 
 def _judge_guards(ctx: DecisionContext) -> Decision | None:
     # the judge reads word order, as the verifier does: a loose reordering ("reset my account
-    # password" / "reset the password of my account") is its to judge; two words or numbers
-    # exchanged stay a guard
-    guard = lexical_guard(ctx.sig, ctx.best, verified=True)
-    if guard is Reason.CONTEXT_DIFFERS:
-        # a turn that leans on the reply before it, asked again in this very conversation after
-        # another reply (another conversation's is other_history): the judge reads the whole
-        # conversation, so it sees whether what the turn leans on is still what the answer read
-        return None
+    # password" / "reset the password of my account") is its to judge, and so is what this very
+    # conversation said since the answer (a question re-asked after other turns, a turn leaning
+    # on another reply); two words or numbers exchanged, or another conversation's history it
+    # never reads, stay a guard
+    guard = lexical_guard(ctx.sig, ctx.best, verified=True, judged=True)
     return ctx.about_best(Status.HALF_HIT, guard) if guard else None
 
 

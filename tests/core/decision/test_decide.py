@@ -55,6 +55,11 @@ PLAN_REASONS = {
     Reason.STORE_UNAVAILABLE,
     Reason.COALESCED,
     Reason.ACKNOWLEDGEMENT,
+    # a Responses request's own (tests/core/openai/test_responses.py)
+    Reason.BACKGROUND,
+    Reason.REASONING_ITEMS,
+    Reason.STORED_CONTEXT,
+    Reason.UNKNOWN_PREVIOUS_RESPONSE,
     # the judge's, resumed after decide (tests/core/decision/test_judging.py)
     Reason.JUDGED,
     Reason.JUDGE_REFUSED,

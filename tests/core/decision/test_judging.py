@@ -156,3 +156,11 @@ def test_a_turn_leaning_on_another_reply_of_this_conversation_is_the_judges_to_r
     tags = dataclasses.replace(record.coarse_tags, history="another")
     other = make_candidate(0.85, dataclasses.replace(record, coarse_tags=tags))
     assert ask_ids([other], sig=sig) == []
+
+
+def test_a_question_asked_again_after_other_turns_of_this_conversation_is_the_judges_to_read() -> None:
+    asked = make_record("I've always wondered why we yawn, can you explain?")
+    sig = make_sig("why do we yawn")
+    earlier = make_candidate(0.85, asked, same_session=True, turn_gap=3)
+    assert decide([earlier], sig, JUDGING).reason is Reason.CONTEXT_MOVED
+    assert ask_ids([earlier], sig=sig) == ["sc-1"]
