@@ -8,7 +8,9 @@ answers that both state a kind of fact and share none of its values contradict e
 disagree. Bare numbers are a weaker kind (a list's length, a count of tips, a figure the model made
 up): disjoint ones leave the pair unsure, never disagreeing. Agreement needs more than the absence
 of a contradiction: the facts mostly shared and the content words overlapping (jieba's words for
-Chinese), so two answers that happen to state nothing checkable are agreed only on their words.
+Chinese), so two answers that happen to state nothing checkable are agreed only on their words, and
+an answer stating a figure the other lacks ("12 times 12 is 128" against "12 times 12 equals 12")
+is not agreed.
 
 Verdicts lean to unsure: an agree is a label that lets a threshold serve without asking, so a
 pair that is neither plainly the same nor plainly contradictory is left unlabelled.
@@ -34,6 +36,9 @@ MIN_OVERLAP: Final = 0.5
 MIN_FACTS: Final = 0.5
 
 NUMBER: Final = "number"  # bare numbers: the weak kind
+# Kinds where an answer may name more than the other and still say the same ("Paris" and "Paris,
+# France"); a number one answer states and the other lacks is another figure, never a detail.
+_NAMES: Final = frozenset({"place", "person", "product"})
 # Counts of an answer's own shape ("3 tips", "in 2 paragraphs") vary between two good answers;
 # they are read as bare numbers, not as facts.
 _SHAPE_SLOTS: Final = frozenset({"count", "length"})
@@ -126,6 +131,16 @@ def _fact_overlap(a: Mapping[str, frozenset[str]], b: Mapping[str, frozenset[str
     return len(left & right) / len(union) if union else 1.0
 
 
+def _other_figures(fresh: AnswerReading, cached: AnswerReading, partial: tuple[str, ...]) -> bool:
+    """Does one answer state a figure of a kind both state that the other does not, or name
+    things neither of which the other's names contain?"""
+    for kind in partial:
+        a, b = fresh.facts[kind], cached.facts[kind]
+        if kind not in _NAMES or not (a <= b or b <= a):
+            return True
+    return False
+
+
 def compare(
     fresh: AnswerReading, cached: AnswerReading, *, min_overlap: float = MIN_OVERLAP, min_facts: float = MIN_FACTS
 ) -> Agreement:
@@ -139,7 +154,7 @@ def compare(
     overlap = _dice(fresh.words, cached.words)
     if any(k != NUMBER for k in conflicts):
         verdict = Verdict.DISAGREE
-    elif not conflicts and facts >= min_facts and overlap >= min_overlap:
+    elif not conflicts and not _other_figures(fresh, cached, partial) and facts >= min_facts and overlap >= min_overlap:
         verdict = Verdict.AGREE
     else:
         verdict = Verdict.UNSURE

@@ -79,6 +79,8 @@ PAIRS = [
     ),
     # --- English: neither the same nor contradicting
     pytest.param("A spider has 8 legs.", "An ant has 6 legs.", UNSURE, (NUMBER,), id="en-bare-numbers-differ"),
+    pytest.param("12 times 12 is 128.", "12 times 12 equals 12.", UNSURE, (), id="en-a-figure-one-side-only"),
+    pytest.param("The capital of France is Paris.", "Paris.", AGREE, (), id="en-a-name-more-on-one-side"),
     pytest.param(
         "Boil the egg for about ten minutes, then cool it in cold water.",
         "Crack the egg into a hot pan with butter and fry until the white sets.",
