@@ -97,12 +97,17 @@ def _summary_section(doc: Mapping[str, Any]) -> str:
     lines = ["## The last run, in one table", "", provenance(doc), ""]
     if "wall_s" in doc:
         lines += [f"Every benchmark one after the other, each in its own process: {doc['wall_s']} s in all.", ""]
+    runs = {name: run for name, run in doc["results"].items() if isinstance(run, Mapping)}
+    # a run of some scripts (--only) keeps the other scripts' rows, each with the date it ran
+    dated = any("date" in run for run in runs.values())
+    if dated:
+        lines += ["Rows the command above did not rerun are kept from the run that measured them, dated.", ""]
     rows = [
-        [name, _cell(run.get("rc")), _cell(run.get("wall_s")), _cell(run.get("headline", ""))]
-        for name, run in doc["results"].items()
-        if isinstance(run, Mapping)
-    ]
-    lines += _table(["benchmark", "rc", "wall s", "headline"], rows)
+        [name, *([_cell(run.get("date", doc["date"]))] if dated else []), _cell(run.get("rc")),
+         _cell(run.get("wall_s")), _cell(run.get("headline", ""))]
+        for name, run in runs.items()
+    ]  # fmt: skip
+    lines += _table(["benchmark", *(["date"] if dated else []), "rc", "wall s", "headline"], rows)
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,9 @@ that takes ``--json`` writes its result file into benchmarks/results/; the other
 output is kept instead, in a result file of its own. Scripts not in the tree are skipped; one
 that fails is reported and the run goes on (its previous result file stays).
 benchmarks/results/summary.json gathers it all, and docs/benchmarks.md is rendered from the result
-files at the end of every run (benchmarks/results_page.py); ``--docs`` renders it alone.
+files at the end of every run (benchmarks/results_page.py); ``--docs`` renders it alone. A run of
+some scripts (``--only``) replaces their rows of the summary and keeps every other script's row, each
+with the date it ran.
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--only NAME ...]
     .venv/bin/python benchmarks/run_all.py --docs
@@ -16,6 +18,7 @@ files at the end of every run (benchmarks/results_page.py); ``--docs`` renders i
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -74,6 +77,7 @@ SCRIPTS = (
     Script("bench_filters"),
     Script("bench_replicas"),
     Script("bench_verifier"),
+    Script("bench_agreement"),
     Script("bench_domains"),
     Script("bench_router"),
 )
@@ -129,7 +133,8 @@ def run_one(script: Script, quick: bool, results: Path, console: Console, timeou
     console.print(stdout.rstrip())
     if rc != 0:
         console.print(f"[red]{script.name} exited {rc}[/red]: {stderr.strip()[-800:]}")
-    entry: dict[str, Any] = {"command": shown, "rc": rc, "wall_s": round(wall, 1)}
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    entry: dict[str, Any] = {"command": shown, "date": date, "rc": rc, "wall_s": round(wall, 1)}
     if out is not None and out.is_file() and rc == 0:
         entry["json"] = str(out.relative_to(ROOT))
         entry["result"] = json.loads(out.read_text(encoding="utf-8"))
@@ -151,6 +156,30 @@ def record(script: Script, quick: bool, results: Path, argv: Sequence[str], entr
         return
     body = result if result is not None else {"output": list(entry.get("stdout_tail", []))}
     write_json(path, script.name, envelope(script.name, argv, body))
+
+
+SKIPPED = "skipped: the --quick budget is spent"
+
+
+def previous_runs(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of the summary at ``path``, each with the date it ran (the summary's own where a
+    row carries none); none where there is no summary yet."""
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    rows = doc.get("results") if isinstance(doc, Mapping) else None
+    if not isinstance(rows, Mapping):
+        return {}
+    return {name: {"date": doc.get("date"), **row} for name, row in rows.items() if isinstance(row, Mapping)}
+
+
+def merge_runs(previous: Mapping[str, dict[str, Any]], runs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The summary's rows after a run of some scripts: theirs replaced (unless the budget skipped
+    one), every other script's kept; in the order of SCRIPTS, then any row no script names now."""
+    rows = dict(previous)
+    rows.update({name: run for name, run in runs.items() if run.get("headline") != SKIPPED or name not in rows})
+    order = {s.name: i for i, s in enumerate(SCRIPTS)}
+    return dict(sorted(rows.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def _overhead(r: Mapping[str, Any]) -> str:
@@ -266,6 +295,22 @@ def _filters(r: Mapping[str, Any]) -> str:
     )
 
 
+def _agreement(r: Mapping[str, Any]) -> str:
+    def share(row: Mapping[str, Any], verdict: str) -> str:
+        return f"{row[f'{verdict}_rate']:.1%}" if row["pairs"] else "-"
+
+    parts = []
+    for lang, row in r["languages"].items():
+        near, same = row["near_miss_pairs"], row["same_question_pairs"]
+        parts.append(
+            f"{lang} near-miss pairs agreed {near['agree']}/{near['pairs']}"
+            f" (upper 95 % {near['false_agree_upper95']:.1%});"
+            f" same-question pairs agree {share(same, 'agree')}, unsure {share(same, 'unsure')},"
+            f" disagree {share(same, 'disagree')}"
+        )
+    return "; ".join(parts)
+
+
 def _verifier(r: Mapping[str, Any]) -> str:
     parts = []
     for name, row in r["sets"].items():
@@ -309,6 +354,7 @@ HEADLINES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "bench_intent": _intent,
     "bench_filters": _filters,
     "bench_verifier": _verifier,
+    "bench_agreement": _agreement,
     "bench_domains": _domains,
     "bench_router": _router,
 }
@@ -349,12 +395,13 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "-",
                 "rc": 0,
                 "wall_s": 0.0,
-                "headline": "skipped: the --quick budget is spent",
+                "headline": SKIPPED,
             }
             continue
         runs[script.name] = run_one(script, args.quick, RESULTS, console, min(TIMEOUT_S[args.quick], left))
     total = time.monotonic() - t0
-    summary = envelope("run_all", ["benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])], runs)
+    rows = merge_runs(previous_runs(args.json or RESULTS / "summary.json"), runs) if args.only else runs
+    summary = envelope("run_all", ["benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])], rows)
     summary["wall_s"] = round(total, 1)
     path = write_json(args.json, "summary", summary)
     m = summary["machine"]
@@ -366,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for col in ("benchmark", "rc", "wall s", "headline"):
         table.add_column(col, overflow="fold")
-    for name, run in runs.items():
+    for name, run in rows.items():
         table.add_row(name, "-" if run["rc"] is None else str(run["rc"]), f"{run['wall_s']:.0f}", run["headline"])
     console.print(table)
     console.print(f"wrote {path} and {write_page(RESULTS, DOCS_PAGE, HERE)}")
