@@ -20,7 +20,8 @@ from proxy.core.model import PREVIOUS_QUESTION_CHARS, QUESTION_CHARS, REPLY_HEAD
 from proxy.core.openai.request import ChatRequest
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import Entities, extract_entities, merge_entities
-from proxy.core.text.lexical import all_known, asked_before, names_in, spelled_out, statements
+from proxy.core.text.lexical import all_known, asked_before, spelled_out, statements
+from proxy.core.text.names import names_in
 from proxy.core.text.normalize import Cutter, NormalText, default_segmenter, fold_space
 from proxy.core.text.phrases import change_instruction
 from proxy.embedding.batching import BatchingEmbedder

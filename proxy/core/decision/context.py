@@ -27,7 +27,8 @@ from proxy.core.model import (
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import entities_conflict
-from proxy.core.text.lexical import context_dependent, names_differ, reordered, text_similarity, works_on_the_reply
+from proxy.core.text.lexical import context_dependent, reordered, text_similarity, works_on_the_reply
+from proxy.core.text.names import names_differ
 from proxy.core.text.normalize import fold_space
 
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from proxy.core.text.names import names_in
 from proxy.core.text.normalize import Cutter, default_segmenter
 
 _EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -295,39 +296,6 @@ def asked_before(current: str, earlier: Sequence[str], segmenter: Cutter | None 
     "好的", "请把这句话翻译成英文：今天天气很好。" keeps the 好 by chance, not by spelling it out."""
     now = {w for w in _token_set(current, segmenter) if not _pointer(w)}
     return bool(now) and any(now <= _token_set(text, segmenter) for text in earlier)
-
-
-_NAME_EN = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z][a-z]+|[A-Z]{2,})\b")
-_NOT_NAMES = frozenset({"I", "OK", "I'm", "I'd", "I'll", "I've"})
-
-
-def names_in(raw: str) -> bool:
-    """Does a raw English turn name something the gazetteer may not know (a capitalised word past
-    the start of a sentence: "learn the Rust language", "call Jack") or carry a number? Chinese
-    turns always count as naming: without capitals their names cannot be told from words."""
-    if _CJK.search(raw) or any(c.isdigit() for c in raw):
-        return True
-    return any(m.group(0) not in _NOT_NAMES for m in _NAME_EN.finditer(raw.strip()))
-
-
-# a name after a preposition of place or movement: where the question goes, which a paraphrase
-# keeps ("a US visa" / "an American visa" name no destination)
-_PLACED_NAME_EN = re.compile(
-    r"\b(?:to|from|in|at|near|via|into|around|between|and|or|vs\.?|versus)\s+(?:the\s+)?([A-Z][a-z]+|[A-Z]{2,})\b"
-)
-
-
-def names_differ(raw_a: str, raw_b: str) -> bool:
-    """Does either English turn name a place it goes to or from (a capitalised word after a
-    preposition) that the other does not mention in any case? "from Mexico City to Prague" /
-    "from Mexico City to Marrakech": places, products and people the gazetteer does not know are
-    still told apart; "mexico city" typed in lower case still matches "Mexico City"."""
-    words_a, words_b = set(_EN_WORD.findall(raw_a.lower())), set(_EN_WORD.findall(raw_b.lower()))
-    for raw, other in ((raw_a, words_b), (raw_b, words_a)):
-        for m in _PLACED_NAME_EN.finditer(raw.strip()):
-            if m.group(1) not in _NOT_NAMES and m.group(1).lower() not in other:
-                return True
-    return False
 
 
 # a turn that works on the last reply rather than asking anything of its own: asked again right

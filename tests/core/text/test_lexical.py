@@ -8,8 +8,6 @@ import pytest
 
 from proxy.core.text.lexical import (
     asks_nothing,
-    names_differ,
-    names_in,
     numbers_reordered,
     reordered,
     restates,
@@ -179,23 +177,6 @@ def test_restates(previous: str, current: str, context: list[str], expected: boo
     assert restates(previous, current, context) is expected
 
 
-@pytest.mark.parametrize(
-    ("raw", "names"),
-    [
-        ("May I have the phone number?", False),
-        ("OK, please give me directions via a route that avoids all heavy traffic.", False),
-        ("Yes please. I need it.", False),
-        ("What is the best way to learn the Rust programming language quickly", True),
-        ("call Jack please", True),
-        ("Is there an ATM nearby?", True),
-        ("Book it for 5pm", True),
-        ("帮我查一下", True),  # no capitals to tell a name by: always taken as naming
-    ],
-)
-def test_names_in(raw: str, names: bool) -> None:
-    assert names_in(raw) is names
-
-
 def test_pointers_and_attaching_words_are_not_what_a_restatement_adds() -> None:
     context = [statements("Wagamama is a Japanese restaurant in the centre.")]
     assert restates("Yes, what is their phone number?", "Yes, what is the phone number of Wagamama?", context)
@@ -310,21 +291,6 @@ def test_an_earlier_question_asked_again_restates_nothing() -> None:
     ski = "I need a packing list for a ski trip"
     restated = "I need a packing list for a five day ski trip"
     assert restates("Five days.", restated, [ski, statements("How many days will you stay?")], earlier=[ski])
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "differ"),
-    [
-        ("From Mexico City to Prague by train?", "From Mexico City to Marrakech by train?", True),
-        ("Best time to visit Japan or Korea?", "Best time to visit Japan or Thailand?", True),
-        ("How do I get a US visa?", "How do I get an American visa?", False),  # no place it goes to
-        ("how safe is mexico city for a woman on her own?", "How safe is Mexico City for a woman on her own?", False),
-        ("What is a good gift for a coworker?", "What's a good gift for a coworker?", False),  # no names
-        ("I need a hotel.", "I'd like a hotel.", False),  # I is no name
-    ],
-)
-def test_names_differ_where_a_name_is_not_on_both_sides(a: str, b: str, differ: bool) -> None:
-    assert names_differ(a, b) is differ
 
 
 @pytest.mark.parametrize(
