@@ -45,6 +45,11 @@ def write_policy(path: Path, *, version: str = "test-1", **intents: dict[str, An
     data["version"] = version
     for name, changes in intents.items():
         data["intents"][name].update(changes)
+    # a keyword-forced intent stands apart: the loader refuses it as another intent's neighbour
+    forced = {name for name, body in data["intents"].items() if body.get("force")}
+    for body in data["intents"].values():
+        if "neighbours" in body:
+            body["neighbours"] = [n for n in body["neighbours"] if n not in forced]
     path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return path
 
