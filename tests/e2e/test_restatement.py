@@ -133,7 +133,7 @@ async def test_a_restatement_keeps_its_turns_change_phrase_and_may_be_classed_ot
     gap1 = Candidate(record, 0.5, 0.5, same_session=True, turn_gap=1)
     d = decide([gap1], request, policy)
     assert (d.status, d.reason) == (Status.HIT, "restatement"), d
-    other = dataclasses.replace(record, coarse_tags=dataclasses.replace(record.coarse_tags, intent="customer_support"))
+    other = dataclasses.replace(record, coarse_tags=dataclasses.replace(record.coarse_tags, intent="code"))
     d = decide([dataclasses.replace(gap1, record=other)], request, policy)
     assert (d.status, d.reason) == (Status.HIT, "restatement"), d
     assert (
