@@ -8,6 +8,7 @@ the latest turn negates, adds, modifies or names constraints the candidate did n
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -54,10 +55,12 @@ def detect_change(
     candidate_intent: str,
     request_intent: str,
     restated_turn: NormalText | None = None,
+    neighbours: Collection[str] = frozenset(),
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
 
-    Another intent or an explicit topic switch is a new topic; a change phrase, an entity that
+    Another intent (other than the request's intent's ``neighbours``, whose records the hard filter
+    lets through as its own) or an explicit topic switch is a new topic; a change phrase, an entity that
     conflicts with the candidate's, or a constraint the candidate lacked modifies the context.
     A turn that restates another (``restated_turn``, see proxy.core.text.lexical.restates) adds only
     words the conversation already holds: a slot it fills names what the elliptical turn pointed
@@ -71,7 +74,13 @@ def detect_change(
         kept = set(change_signals(restated_turn))
         phrases = tuple(p for p in phrases if p not in kept)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
-    if not restated and candidate_intent and request_intent and candidate_intent != request_intent:
+    if (
+        not restated
+        and candidate_intent
+        and request_intent
+        and candidate_intent != request_intent
+        and candidate_intent not in neighbours
+    ):
         return ChangeVerdict(ChangeKind.NEW_TOPIC, (f"intent:{candidate_intent}->{request_intent}", *topic))
     if topic:
         return ChangeVerdict(ChangeKind.NEW_TOPIC, topic)

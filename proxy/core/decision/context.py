@@ -278,15 +278,14 @@ class DecisionContext:
 
     def _detect_change(self) -> ChangeVerdict:
         tags = self.best.record.coarse_tags
-        # a neighbouring intent's record is no other topic: the hard filter let it through as this one's
-        neighbour = tags.intent in self.policy.neighbours
         return detect_change(
             self.sig.current_text,
             candidate_entities=tags.entities,
             request_entities=self.sig.tags.entities,
-            candidate_intent=self.sig.tags.intent if neighbour else tags.intent,
+            candidate_intent=tags.intent,
             request_intent=self.sig.tags.intent,
             restated_turn=tags.question if self.restated else None,
+            neighbours=self.policy.neighbours,
         )
 
     @property

@@ -127,3 +127,21 @@ def test_same_constraints_in_other_words_is_no_change() -> None:
 )
 def test_change_instruction(text: str, expected: bool) -> None:
     assert change_instruction(normalize_text(text)) is expected
+
+
+def test_a_neighbouring_intents_record_is_no_other_topic() -> None:
+    turn = normalize_text("I forgot my password, how can I reset it?")
+    facts = extract_entities(turn)
+
+    def kind(neighbours: frozenset[str]) -> ChangeKind:
+        return detect_change(
+            turn,
+            candidate_entities=facts,
+            request_entities=facts,
+            candidate_intent="customer_support",
+            request_intent="general",
+            neighbours=neighbours,
+        ).kind
+
+    assert kind(frozenset()) is NEW
+    assert kind(frozenset({"customer_support"})) is NO
