@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import orjson
-
 from proxy.core.openai.response_object import chat_usage, finish_of
-from proxy.core.openai.sse import StreamTee
+from proxy.core.openai.sse import StreamTee, event_data
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # output items around a message's text that leave it the answer
@@ -32,18 +30,9 @@ class ResponsesTee(StreamTee):
         return super().whole and not self.failed
 
     def _take(self, event: bytes) -> bool:
-        payload = b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
-        if not payload:
-            return True
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            self.malformed = True
-            return True
-        if not isinstance(data, dict):
-            self.malformed = True
-            return True
-        self._read(data)
+        data = self._object(payload) if (payload := event_data(event)) else None
+        if data is not None:
+            self._read(data)
         return True
 
     def _read(self, data: dict[str, Any]) -> None:

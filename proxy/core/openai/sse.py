@@ -18,6 +18,11 @@ from typing import Any, ClassVar
 import orjson
 
 
+def event_data(event: bytes) -> bytes:
+    """An SSE event's data: its ``data:`` lines joined, as a client reads them."""
+    return b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+
+
 @dataclass
 class StreamTee:
     # the bytes that end a whole stream, looked for once events are no longer parsed
@@ -83,21 +88,27 @@ class StreamTee:
             return rest + b"\n\n"
         return b""
 
+    def _object(self, payload: bytes) -> dict[str, Any] | None:
+        """An event's JSON object; none, and the stream marked malformed, for anything else."""
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            self.malformed = True
+            return None
+        return data
+
     def _take(self, event: bytes) -> bool:
         """Record what the event says; False when it must not reach the client."""
-        payload = b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+        payload = event_data(event)
         if not payload:
             return True
         if payload == b"[DONE]":
             self.done = True
             return True
-        try:
-            chunk = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            self.malformed = True
-            return True
-        if not isinstance(chunk, dict):
-            self.malformed = True
+        chunk = self._object(payload)
+        if chunk is None:
             return True
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
