@@ -14,11 +14,15 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from proxy.core.errors import ConfigError, ServiceError
+from proxy.core.learning import Label
 from proxy.core.model import LIVE_STATES, Record, RecordState, SessionLast
 
 # the judge's refusals kept for one wording: the judge reads a few of the nearest records
 # (``judge_top``), so a wording refused more often than this is kept by its newest refusals
 REFUSALS_PER_WORDING = 16
+# each (tenant, intent) keeps its newest labels (learned levels, proxy/core/learning.py); older ones
+# no longer count
+LABELS_KEPT = 4_096
 
 
 class StoreMismatch(ConfigError, ValueError):
@@ -239,7 +243,7 @@ class RecordStore(Protocol):
 
     async def delete(self, selector: Selector) -> list[Ref]:
         """Remove the selected records; the refs returned are those this call removed. A delete
-        naming a tenant and no session (a purge) forgets that tenant's refusals too."""
+        naming a tenant and no session (a purge) forgets that tenant's refusals and labels too."""
         ...
 
     async def refuse(self, tenant: str, request_hash: str, cache_ids: Collection[str], now: float) -> None:
@@ -251,6 +255,16 @@ class RecordStore(Protocol):
 
     async def refused(self, tenant: str, request_hash: str) -> frozenset[str]:
         """The cache ids the judge refused for this wording of this tenant (never another's)."""
+        ...
+
+    async def add_labels(self, tenant: str, labels: Sequence[Label]) -> None:
+        """Keep these labels of ``tenant`` (learned levels, proxy/core/learning.py); each (tenant,
+        intent) keeps its ``LABELS_KEPT`` newest. Labels outlive their records: they label a score
+        region, not an answer."""
+        ...
+
+    async def labels(self, tenant: str, intent: str) -> list[Label]:
+        """The tenant's labels for ``intent``, oldest first; never another tenant's."""
         ...
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:

@@ -20,9 +20,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from proxy.core.learning import Label
 from proxy.core.model import Record, RecordState, SessionLast
 from proxy.storage import redis_lua
-from proxy.storage.base import REFUSALS_PER_WORDING, Count, IndexRow, Ref, Selector, StoreMismatch, Usage
+from proxy.storage.base import LABELS_KEPT, REFUSALS_PER_WORDING, Count, IndexRow, Ref, Selector, StoreMismatch, Usage
 from proxy.storage.redis_codec import (
     DEAD,
     INDEX,
@@ -36,6 +37,8 @@ from proxy.storage.redis_codec import (
     decode,
     encode,
     index_row,
+    label_json,
+    label_of,
     pairs,
     states_arg,
     text,
@@ -66,6 +69,7 @@ class RedisStore:
         self._feedback = client.register_script(redis_lua.FEEDBACK)
         self._purge_last = client.register_script(redis_lua.PURGE_SESSION_LAST)
         self._refuse = client.register_script(redis_lua.REFUSE)
+        self._forget_labels = client.register_script(redis_lua.FORGET_LABELS)
         self._probe = client.register_script(PROBE)
         self._serving: Callable[[], str] | None = None
         self._stream = EventStream(client, self._k("events"))
@@ -272,6 +276,7 @@ class RedisStore:
                 out += pairs(await self._delete(args=args))
             if selector.tenant is not None and selector.session is None:
                 await self._r.delete(self._k(f"no:{selector.tenant}"))
+                await self._forget_labels(args=[self.prefix, selector.tenant])
         return out
 
     async def refuse(self, tenant: str, request_hash: str, cache_ids: Collection[str], now: float) -> None:
@@ -284,6 +289,32 @@ class RedisStore:
         with _unavailable():
             found = await self._r.hget(self._k(f"no:{tenant}"), request_hash)
         return frozenset(text(found).split())
+
+    def _labels_key(self, tenant: str, intent: str) -> str:
+        return self._k(f"lb:{tenant}\x1f{intent}")
+
+    async def add_labels(self, tenant: str, labels: Sequence[Label]) -> None:
+        """Each intent's list keeps the newest pushed, which are the newest labels but for one that
+        reaches the server after newer ones of its intent (another replica's, a moment late)."""
+        if not labels:
+            return
+        pushed: dict[str, list[bytes]] = {}
+        for label in labels:
+            pushed.setdefault(label.intent, []).append(label_json(label))
+        with _unavailable():
+            pipe = self._r.pipeline(transaction=True)
+            for intent, encoded in pushed.items():
+                key = self._labels_key(tenant, intent)
+                pipe.rpush(key, *encoded)
+                pipe.ltrim(key, -LABELS_KEPT, -1)
+            pipe.sadd(self._k(f"lbi:{tenant}"), *pushed)
+            await pipe.execute()
+
+    async def labels(self, tenant: str, intent: str) -> list[Label]:
+        """In time order: replicas push as their labels come, not always in the order they were made."""
+        with _unavailable():
+            raw: Any = await self._r.lrange(self._labels_key(tenant, intent), 0, -1)
+        return sorted((label_of(intent, item) for item in raw), key=lambda label: label.at)
 
     async def add_feedback(self, cache_id: str, delta: float) -> float | None:
         with _unavailable():

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from redis import exceptions as redis_errors
 
+from proxy.core.learning import Label, Source
 from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags
 from proxy.storage.base import IndexKey, IndexRow, Ref, StoreUnavailable
 
@@ -173,3 +174,13 @@ def index_row(h: Mapping[bytes, bytes]) -> IndexRow:
     )
     vector = h.get(b"vector")
     return IndexRow(int(h[b"label"]), None if vector is None else bytes(vector), key)
+
+
+def label_json(label: Label) -> bytes:
+    """A label as its intent's list keeps it: compact JSON, its intent left to the list's key."""
+    return orjson.dumps([label.score, label.right, str(label.source), label.user, label.cache_id, label.at])
+
+
+def label_of(intent: str, raw: bytes) -> Label:
+    score, right, source, user, cache_id, at = orjson.loads(raw)
+    return Label(intent, float(score), bool(right), Source(source), str(user), str(cache_id), float(at))

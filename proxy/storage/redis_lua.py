@@ -12,6 +12,9 @@ the stream ``{p}events``. The judge's refusals: a hash ``{p}no:{tenant}`` (reque
 refused cache ids, space-separated, oldest first), read with one HGET, and for each refused record
 a set ``{p}nor:{label}`` of the ``tenant\\x1frequest_hash`` naming it, by which its retirement or
 delete takes its refusals.
+The learned levels' labels: a list ``{p}lb:{tenant}\\x1f{intent}`` (compact JSON, as pushed, trimmed
+to the newest ``LABELS_KEPT``) and a set ``{p}lbi:{tenant}`` of the intents it has lists for, by which
+a purge finds them; neither expires, since labels outlive their records.
 """
 
 from __future__ import annotations
@@ -247,4 +250,16 @@ while #ids > cap do table.remove(ids, 1) end
 redis.call('HSET', key, hash, table.concat(ids, ' '))
 if redis.call('PEXPIRETIME', key) < latest then redis.call('PEXPIREAT', key, latest) end
 return #ids
+"""
+
+# ARGV: prefix, tenant. Forgets the tenant's labels (a purge): each intent's list and the set naming
+# them, at once, so labels added meanwhile are either all gone or all kept and named. Returns how
+# many lists it deleted.
+FORGET_LABELS = """
+local p, tenant = ARGV[1], ARGV[2]
+local named = p .. 'lbi:' .. tenant
+local intents = redis.call('SMEMBERS', named)
+for _, intent in ipairs(intents) do redis.call('DEL', p .. 'lb:' .. tenant .. '\\31' .. intent) end
+redis.call('DEL', named)
+return #intents
 """

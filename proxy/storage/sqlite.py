@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from proxy.core.learning import Label
 from proxy.core.lru import LruDict
 from proxy.core.model import LIVE_STATES, Record, RecordState, SessionLast
 from proxy.storage.base import (
+    LABELS_KEPT,
     REFUSALS_PER_WORDING,
     Count,
     IndexRow,
@@ -32,11 +34,14 @@ from proxy.storage.base import (
 )
 from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite_sql import (
+    ADD_LABEL,
     ANSWER_BYTES,
     COUNTS,
+    FORGET_LABELS,
     FORGET_REFUSALS,
     HIT,
     ID_CHUNK,
+    LABELS,
     LIVE,
     LIVE_IN,
     RECORD_COLUMNS,
@@ -46,11 +51,14 @@ from proxy.storage.sqlite_sql import (
     SELECT_RECORDS,
     SESSION_LAST,
     SET_SESSION_LAST,
+    TRIM_LABELS,
     TRIM_REFUSALS,
     USAGE,
     chunks,
     index_columns,
     index_row,
+    label_of,
+    label_row,
     marks,
     record_of,
     record_row,
@@ -293,6 +301,7 @@ class SqliteStore:
                 out += await self._refs(f"DELETE FROM {table} WHERE {where} RETURNING label, cache_id", params)
             if purge:
                 await (await self._db.execute(FORGET_REFUSALS, (selector.tenant,))).close()
+                await (await self._db.execute(FORGET_LABELS, (selector.tenant,))).close()
         self._recent.forget(ref.label for ref in out)
         if purge:
             self._refusals = LruDict(REFUSED_WORDINGS)  # a purge is rare: forget every wording's
@@ -337,6 +346,22 @@ class SqliteStore:
             return known  # refused again while this read was off the loop
         self._refusals.put(key, found)
         return found
+
+    async def add_labels(self, tenant: str, labels: Sequence[Label]) -> None:
+        if not labels:
+            return
+        rows = [label_row(tenant, label) for label in labels]
+        intents = sorted({label.intent for label in labels})
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.executemany(ADD_LABEL, rows)
+            for intent in intents:
+                conn.execute(TRIM_LABELS, (tenant, intent, LABELS_KEPT))
+
+        await self._at_once(add)
+
+    async def labels(self, tenant: str, intent: str) -> list[Label]:
+        return [label_of(row) for row in await self._db.execute_fetchall(LABELS, (tenant, intent))]
 
     async def record_served(self, cache_id: str, now: float, tenant: str, session: str, last: SessionLast) -> None:
         last = stamped(last)

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from proxy.core.learning import Label, Source
 from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordTags, SessionLast
 from proxy.storage.base import INTERNED_ORDER, IndexKey, IndexRow, Selector
 
@@ -86,6 +87,13 @@ CREATE TRIGGER IF NOT EXISTS refusals_of_retired AFTER UPDATE OF state ON record
 WHEN NEW.state NOT IN ({_LIVE_VALUES}) BEGIN
   DELETE FROM refusals WHERE cache_id = NEW.cache_id;
 END;
+-- the learned levels' labels (RecordStore.add_labels): a data directory written before them gains
+-- the table when it is next opened; no trigger ties them to records, which they outlive
+CREATE TABLE IF NOT EXISTS labels (
+  tenant TEXT NOT NULL, intent TEXT NOT NULL, at REAL NOT NULL, score REAL NOT NULL, right INTEGER NOT NULL,
+  source TEXT NOT NULL, user TEXT NOT NULL, cache_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS labels_intent ON labels(tenant, intent, at);
 """
 
 
@@ -198,6 +206,42 @@ TRIM_REFUSALS = (
     "(SELECT cache_id FROM refusals WHERE tenant = ? AND request_hash = ? ORDER BY at DESC, cache_id LIMIT ?)"
 )
 FORGET_REFUSALS = "DELETE FROM refusals WHERE tenant = ?"
+
+ADD_LABEL = (
+    "INSERT INTO labels (tenant, intent, at, score, right, source, user, cache_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# oldest first; the row id orders labels of one time as they were written: tenant, intent
+LABELS = (
+    "SELECT intent, score, right, source, user, cache_id, at FROM labels "
+    "WHERE tenant = ? AND intent = ? ORDER BY at, rowid"
+)
+# an intent's newest ``LABELS_KEPT`` kept: tenant, intent, how many. The subquery walks labels_intent
+# newest first and yields rows only past the kept ones, so under the bound it deletes nothing
+TRIM_LABELS = (
+    "DELETE FROM labels WHERE rowid IN (SELECT rowid FROM labels WHERE tenant = ? AND intent = ? "
+    "ORDER BY at DESC, rowid DESC LIMIT -1 OFFSET ?)"
+)
+FORGET_LABELS = "DELETE FROM labels WHERE tenant = ?"
+
+
+def label_row(tenant: str, label: Label) -> tuple[Any, ...]:
+    """``ADD_LABEL``'s parameters."""
+    return (
+        tenant,
+        label.intent,
+        label.at,
+        label.score,
+        int(label.right),
+        str(label.source),
+        label.user,
+        label.cache_id,
+    )
+
+
+def label_of(row: Sequence[Any]) -> Label:
+    """A label from ``LABELS``'s columns."""
+    intent, score, right, source, user, cache_id, at = row
+    return Label(str(intent), float(score), bool(right), Source(source), str(user), str(cache_id), float(at))
 
 
 def record_row(record: Record) -> dict[str, Any]:

@@ -12,11 +12,21 @@ from typing import Any
 
 import pytest
 
+from proxy.core.learning import Label, Source
 from proxy.core.model import LIVE_STATES, KeyFacts, Record, RecordState, RecordTags, SessionLast
 from proxy.core.text.entities import Entities
 from proxy.core.text.normalize import NormalText
 from proxy.core.text.numbers import NumericConstraint
-from proxy.storage.base import REFUSALS_PER_WORDING, Count, RecordStore, Ref, Selector, StoreMismatch, Usage
+from proxy.storage.base import (
+    LABELS_KEPT,
+    REFUSALS_PER_WORDING,
+    Count,
+    RecordStore,
+    Ref,
+    Selector,
+    StoreMismatch,
+    Usage,
+)
 from tests import factories
 from tests.factories import unit_vector
 
@@ -61,6 +71,20 @@ def make_record(n: int = 0, **changes: Any) -> Record:
         "expires_at": NOW + 3600,
     }
     return factories.make_record(**{**fields, **changes})
+
+
+def make_label(n: int = 0, **changes: Any) -> Label:
+    """Label ``n`` of intent general: its own score, user, record and time (later for a higher ``n``)."""
+    fields: dict[str, Any] = {
+        "intent": "general",
+        "score": 0.9 + n / 100_000,
+        "right": n % 3 != 0,
+        "source": (Source.JUDGE, Source.AGREEMENT, Source.FEEDBACK)[n % 3],
+        "user": f"u{n % 7}",
+        "cache_id": f"sc-{n:04d}",
+        "at": NOW + n + 0.125,
+    }
+    return Label(**{**fields, **changes})
 
 
 async def served(store: RecordStore, cache_id: str, now: float) -> None:
@@ -336,6 +360,55 @@ class RecordStoreContract:
         await store.delete(Selector(tenant="t1", states=None))
         assert await store.refused("t1", "w1") == frozenset()
         assert await store.refused("t2", "w1") == {shared.cache_id}
+
+    async def test_labels_read_back_whole_and_oldest_first(self, store: RecordStore) -> None:
+        assert await store.labels("t1", "general") == []
+        await store.add_labels("t1", [])
+        first = [make_label(n) for n in range(3)]
+        later = [make_label(n, user="用户", cache_id="sc-é") for n in range(3, 6)]
+        await store.add_labels("t1", [*first[1:], first[0]])  # written out of their order
+        await store.add_labels("t1", later)
+        # every field as written: the score and time exactly, the source as its enum
+        got = await store.labels("t1", "general")
+        assert got == [*first, *later]
+        assert all(type(label.source) is Source for label in got)
+
+    async def test_labels_are_kept_per_tenant_and_intent(self, store: RecordStore) -> None:
+        await store.add_labels("t1", [make_label(1), make_label(2, intent="code")])
+        await store.add_labels("t2", [make_label(3)])
+        assert await store.labels("t1", "general") == [make_label(1)]
+        assert await store.labels("t1", "code") == [make_label(2, intent="code")]
+        assert await store.labels("t2", "general") == [make_label(3)]
+        assert await store.labels("t2", "code") == []
+        assert await store.labels("t1", "travel") == []
+
+    async def test_an_intent_keeps_its_newest_labels(self, store: RecordStore) -> None:
+        labels = [make_label(n) for n in range(LABELS_KEPT + 3)]
+        await store.add_labels("t1", labels[:LABELS_KEPT])
+        await store.add_labels("t1", [make_label(0, intent="code")])
+        assert await store.labels("t1", "general") == labels[:LABELS_KEPT]
+        # past the bound, the oldest go, of that intent only
+        await store.add_labels("t1", labels[LABELS_KEPT:])
+        assert await store.labels("t1", "general") == labels[3:]
+        assert await store.labels("t1", "code") == [make_label(0, intent="code")]
+        # and one call writing past it keeps its newest too
+        await store.add_labels("t2", labels)
+        assert await store.labels("t2", "general") == labels[3:]
+
+    async def test_labels_outlive_their_records_and_a_purge_forgets_them(self, store: RecordStore) -> None:
+        record = await put(store, 1)
+        await store.add_labels("t1", [make_label(1, cache_id=record.cache_id), make_label(2, intent="code")])
+        await store.add_labels("t2", [make_label(3)])
+        await store.delete(Selector(cache_ids=(record.cache_id,), states=None))
+        await store.delete(Selector(tenant="t1", session="s9", states=None))  # a session's delete: no purge
+        assert await store.labels("t1", "general") == [make_label(1, cache_id=record.cache_id)]
+        await store.delete(Selector(tenant="t1", states=None))
+        assert await store.labels("t1", "general") == []
+        assert await store.labels("t1", "code") == []
+        assert await store.labels("t2", "general") == [make_label(3)]
+        # a purged tenant labels afresh
+        await store.add_labels("t1", [make_label(4)])
+        assert await store.labels("t1", "general") == [make_label(4)]
 
     def test_live_states_are_the_default_selection(self) -> None:
         assert Selector().states == LIVE_STATES

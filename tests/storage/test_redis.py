@@ -19,7 +19,7 @@ from proxy.storage.base import IndexKey, IndexRow, Selector, StoreUnavailable
 from proxy.storage.feed import ChangeFeed, lag
 from proxy.storage.redis import RedisStore
 from proxy.storage.redis_probe import VectorSearch
-from tests.storage.contract import RecordStoreContract, put
+from tests.storage.contract import RecordStoreContract, make_label, put
 from tests.storage.redis_server import RedisServer, redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]
@@ -103,6 +103,21 @@ async def test_a_refusal_is_every_replicas_and_leaves_nothing_behind_its_record(
     await b.delete(Selector(cache_ids=(other.cache_id,)))
     assert await a.refused("t1", "w1") == frozenset()
     assert await raw.exists("sc:no:t1", f"sc:nor:{r.label}", f"sc:nor:{other.label}") == 0
+    await a.close()
+    await b.close()
+
+
+async def test_labels_are_every_replicas(redis_url: str) -> None:
+    a, b = await RedisStore.open(redis_url), await RedisStore.open(redis_url)
+    await a.add_labels("t1", [make_label(1), make_label(2, intent="code")])
+    await b.add_labels("t1", [make_label(3)])
+    for store in (a, b):
+        assert await store.labels("t1", "general") == [make_label(1), make_label(3)]
+        assert await store.labels("t1", "code") == [make_label(2, intent="code")]
+    # a purge on one replica leaves nothing of the tenant's labels on the server
+    await b.delete(Selector(tenant="t1", states=None))
+    assert await a.labels("t1", "general") == []
+    assert await a._r.keys("sc:lb*") == []
     await a.close()
     await b.close()
 

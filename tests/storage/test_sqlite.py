@@ -16,7 +16,7 @@ from proxy.storage.base import Selector
 from proxy.storage.recent import RecentRecords
 from proxy.storage.sqlite import SqliteStore, StoreMismatch
 from tests.factories import unit_vector
-from tests.storage.contract import RecordStoreContract, make_record
+from tests.storage.contract import RecordStoreContract, make_label, make_record
 
 
 class TestSqliteStore(RecordStoreContract):
@@ -311,6 +311,32 @@ async def test_a_file_written_before_refusals_gains_them_when_opened(tmp_path: P
     assert await store.refused("t1", "w1") == {record.cache_id}
     await store.set_state(Selector(cache_ids=(record.cache_id,)), RecordState.INVALID)
     assert await store.refused("t1", "w1") == frozenset()
+    await store.close()
+
+
+# The learned levels' labels too: a restart keeps them, an older file gains their table.
+async def test_labels_survive_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    labels = [make_label(n) for n in range(4)]
+    await store.add_labels("t1", labels)
+    await store.close()
+    store = await SqliteStore.open(path)
+    assert await store.labels("t1", "general") == labels
+    assert await store.labels("t2", "general") == []
+    await store.close()
+
+
+async def test_a_file_written_before_labels_gains_them_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = await SqliteStore.open(path)
+    await store.close()
+    with sqlite3.connect(path) as conn:  # as an older version left it
+        conn.executescript("DROP TABLE labels;")
+    store = await SqliteStore.open(path)
+    assert await store.labels("t1", "general") == []
+    await store.add_labels("t1", [make_label(1)])
+    assert await store.labels("t1", "general") == [make_label(1)]
     await store.close()
 
 
