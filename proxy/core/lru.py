@@ -35,6 +35,10 @@ class LruDict(Generic[K, V]):
         while len(self._data) > self._size:
             self._data.popitem(last=False)
 
+    def items(self) -> list[tuple[K, V]]:
+        """A copy of what is held, least recently used first; reading it refreshes nothing."""
+        return list(self._data.items())
+
     def pop(self, key: K) -> V | None:
         return self._data.pop(key, None)
 

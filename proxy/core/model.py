@@ -373,6 +373,12 @@ class Reason(StrEnum):
     # the judge said no to every candidate it read, or its verdict came after the deadline
     JUDGE_REFUSED = "judge_refused"
     JUDGE_LATE = "judge_late"
+    # served without asking: the tenant's labels bound the wrong answers above the verifier's
+    # score for this pair under the intent's max_error (proxy.core.learning)
+    LEARNED = "learned"
+    # the judge said yes, but this request is one of the sample whose fresh answer is compared
+    # with the cached one instead (audit_rate): forwarded
+    JUDGE_AUDIT = "judge_audit"
     # an identical request in flight shared its upstream answer (proxy.upstream.coalesce)
     COALESCED = "coalesced"
 

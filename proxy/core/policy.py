@@ -46,6 +46,9 @@ _OPTIONAL_DEFAULTS = (
     "judge_floor",
     "judge_deadline_ms",
     "judge_verify",
+    "max_error",
+    "audit_rate",
+    "labels_per_user",
 )
 # Keys that once meant something and now do nothing: read with a warning, so old files still load.
 _DEPRECATED: Mapping[str, str] = MappingProxyType(
@@ -67,6 +70,9 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "judge_floor": None,
         "judge_deadline_ms": 800,
         "judge_verify": None,
+        "max_error": None,
+        "audit_rate": 0.05,
+        "labels_per_user": 50,
         "exemplars": (),
         "keywords": (),
         "force": False,
@@ -133,6 +139,15 @@ class IntentPolicy:
     # verifier reads the nearest `verify_top` of them first, and only those it scores at least this
     # reach the judge, in its order
     judge_verify: float | None = None
+    # None: every gray-zone request the judge would read is asked. A rate: where this tenant's labels
+    # (verdicts, answer agreement, corrections) bound the wrong answers above a verifier level under
+    # it, requests above that level are served without asking (docs/architecture.md, "Learned levels")
+    max_error: float | None = None
+    # the share of requests served by a learned level that are still judged, and of the judge's yes
+    # that are still forwarded and their answers compared, so that drift in either shows
+    audit_rate: float = 0.05
+    # the labels one end user (or session, where no user is named) may count for a tenant's level
+    labels_per_user: int = 50
     exemplars: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     force: bool = False
@@ -150,6 +165,11 @@ class IntentPolicy:
     def judges(self) -> bool:
         """Does the judge read this intent's gray zone? Never where only exact repeats may serve."""
         return self.cache and self.judge != "off" and self.direct_hit
+
+    @property
+    def learns(self) -> bool:
+        """Are this intent's judged requests served by a learned level where labels allow?"""
+        return self.judges and self.max_error is not None
 
     @property
     def shares_repeats(self) -> bool:

@@ -33,6 +33,9 @@ COLUMNS: Final[Mapping[str, str]] = {
     "judge_floor": "judge",
     "judge_verify": "judge",
     "judge_deadline_ms": "judge",
+    "max_error": "judge",
+    "audit_rate": "judge",
+    "labels_per_user": "judge",
     "keywords": "keywords",
     "force": "keywords",
     "exemplars": "exemplars",
@@ -82,8 +85,9 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
 
 
 def _judge(intent: IntentPolicy) -> str:
-    """``race ≥0.7 top 2 v≥0.9 800ms``: the mode, the score floor, how many it reads, the
-    verifier's level before it, and a race's deadline."""
+    """``race ≥0.7 top 2 v≥0.9 800ms learn≤0.005 audit 0.05 50/user``: the mode, the score floor,
+    how many it reads, the verifier's level before it, a race's deadline, and the learned levels'
+    error target, audit share and labels per user."""
     if not intent.judges:
         return "off"
     parts = [intent.judge, f"≥{_threshold(intent.judge_score_floor)}", f"top {intent.judge_top}"]
@@ -91,6 +95,8 @@ def _judge(intent: IntentPolicy) -> str:
         parts.append(f"v≥{_threshold(intent.judge_verify)}")
     if intent.judge == "race":
         parts.append(f"{intent.judge_deadline_ms}ms")
+    if intent.max_error is not None:
+        parts.append(f"learn≤{intent.max_error:g} audit {intent.audit_rate:g} {intent.labels_per_user}/user")
     return " ".join(parts)
 
 

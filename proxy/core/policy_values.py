@@ -41,6 +41,18 @@ def _as_optional_unit(value: Any) -> float | None:
     return None if value is None else _as_unit(value)
 
 
+def _as_error_rate(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadValue(
+            f"expected a rate of wrong answers such as 0.005, or null for no learned levels, got {describe(value)}"
+        )
+    if not 0.0 < value < 1.0:
+        raise BadValue(f"{value} is outside (0, 1): a rate of wrong answers, such as 0.005 for one in 200")
+    return float(value)
+
+
 def _as_probability(value: Any) -> float | None:
     if value is None:
         return None
@@ -121,6 +133,9 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "judge_floor": _as_optional_unit,
         "judge_deadline_ms": _as_positive_int,
         "judge_verify": _as_probability,
+        "max_error": _as_error_rate,
+        "audit_rate": _as_unit,
+        "labels_per_user": _as_positive_int,
         "exemplars": _as_texts,
         "keywords": _as_texts,
         "force": _as_bool,

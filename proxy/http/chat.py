@@ -134,10 +134,42 @@ class ChatService:
             )
             metrics.tally(
                 "smartcache_judge_decisions",
-                "Raced gray-zone requests: served on a yes, refused, or forwarded past the deadline.",
+                "Raced gray-zone requests: served on a yes, served by a learned level, refused, forwarded past the"
+                " deadline, or forwarded on a yes sampled for audit.",
                 "outcome",
                 lambda: dict(judging.decided),
             )
+            if (levels := judging.levels) is not None:
+                metrics.tally(
+                    "smartcache_judge_saved",
+                    "Gray-zone requests served by a learned level without a judge call, by intent.",
+                    "intent",
+                    lambda: dict(levels.saved),
+                )
+                metrics.tally(
+                    "smartcache_labels",
+                    "Labels kept for learned levels, by what gave them: judge, agreement or feedback.",
+                    "source",
+                    lambda: dict(levels.added),
+                )
+                metrics.gauge_of(
+                    "smartcache_learned_level",
+                    "Per intent, the lowest verifier level in force over the tenants fitted here (absent: none).",
+                    "intent",
+                    lambda: {i: st.level for i, st in levels.standings().items() if st.level is not None},
+                )
+                metrics.gauge_of(
+                    "smartcache_learned_bound",
+                    "Per intent, the highest upper bound of the wrong-answer rate among the levels in force.",
+                    "intent",
+                    lambda: {i: st.bound for i, st in levels.standings().items() if st.bound is not None},
+                )
+                metrics.gauge_of(
+                    "smartcache_learned_labels",
+                    "Per intent, the labels the levels fitted here were read from.",
+                    "intent",
+                    lambda: {i: float(st.labels) for i, st in levels.standings().items()},
+                )
 
     async def handle(
         self, http: web.Request, req: ChatRequest, who: Identity, dialect: Dialect = CHAT
@@ -215,7 +247,7 @@ class ChatService:
         caller). ``async``: the verdict comes after the forward, and is remembered."""
         assert plan.ask is not None and plan.policy is not None and self.judging is not None
         t = time.perf_counter()
-        verdicts = self.judging.start(req, who, plan, forward_headers(http.headers))
+        verdicts = out.verdicts = self.judging.start(req, who, plan, forward_headers(http.headers))
         out.judged = True
         if plan.policy.judge != "race":
             return plan, race
@@ -223,6 +255,8 @@ class ChatService:
             race = self._send(req, who, http, dialect)
         decision = await self.judging.decide(plan.ask, verdicts, plan.policy.judge_deadline_ms / 1000)
         out.stages["judge"] = time.perf_counter() - t
+        if decision.is_hit:  # served from the cache: no fresh answer to read its verdicts against
+            self.judging.answered(verdicts, None)
         status = decision.status
         return replace(plan, status=status, reason=decision.reason, decision=decision), race
 
@@ -453,6 +487,8 @@ class ChatService:
 
     async def _write_back(self, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, relayed: Relayed) -> None:
         t = time.perf_counter()
+        if out.verdicts is not None and self.judging is not None:  # the judge's labels read against it
+            self.judging.answered(out.verdicts, relayed.text if relayed.storable else None)
         whole = relayed.text if relayed.storable or relayed.cut_at_limit else None
         kept = await self.write_back.keep(req, who, plan, whole, relayed.usage, cut=relayed.cut_at_limit)
         if kept.failed:  # the answer is relayed already; it is just not kept

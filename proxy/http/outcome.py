@@ -14,6 +14,7 @@ import structlog
 from proxy.core.identity import Identity
 from proxy.core.model import Decision, Reason, Signature, Status
 from proxy.observability.metrics import Metrics
+from proxy.service.judging import Verdicts
 
 log = structlog.get_logger("smartcache")
 
@@ -51,6 +52,7 @@ class Outcome:
     stored: bool = False
     prewarmed: bool = False
     judged: bool = False  # the model judge was asked about this request's candidates
+    verdicts: Verdicts | None = None  # what it said, told the forwarded answer for its labels
     stages: dict[str, float] = field(default_factory=dict)
     signature: Signature | None = None
     response_id: str | None = None

@@ -23,6 +23,7 @@ from proxy.service.cache import SemanticCache
 from proxy.service.feedback import FeedbackReader, HitJudge
 from proxy.service.indexing import open_cache
 from proxy.service.judging import Judging
+from proxy.service.learning import LearnedLevels
 from proxy.service.planner import Planner, PolicyBox
 from proxy.service.settling import Settling
 from proxy.service.writeback import WriteBack
@@ -139,9 +140,14 @@ def batching_verifier(s: Settings, verifier: Verifier) -> BatchingVerifier:
 
 
 def open_judging(
-    stack: contextlib.AsyncExitStack, s: Settings, upstream: Upstream, write_back: WriteBack
+    stack: contextlib.AsyncExitStack,
+    s: Settings,
+    upstream: Upstream,
+    write_back: WriteBack,
+    segmenter: Segmenter | None = None,
 ) -> Judging | None:
-    """The judge over the upstream (or a judge URL of its own), examined before it decides."""
+    """The judge over the upstream (or a judge URL of its own), examined before it decides, and the
+    levels learned from its verdicts, kept in the record store."""
     if not s.judge:
         return None
     own = upstream
@@ -151,7 +157,8 @@ def open_judging(
     judge = Judge(own, model=s.judge_model, max_concurrent=s.judge_max_concurrent, timeout=s.judge_timeout)
     qualification = Qualification(judge, interval=s.judge_exam_interval)
     stack.push_async_callback(qualification.close)  # before the client its exams use
-    judging = Judging(judge, qualification, write_back)
+    levels = LearnedLevels(write_back.cache.store, write_back.cache.clock)
+    judging = Judging(judge, qualification, write_back, levels, segmenter)
     stack.push_async_callback(judging.close)  # verdicts under way land before the store closes
     return judging
 
@@ -220,7 +227,7 @@ async def open_parts(
         )
         planner = Planner(cache=cache, signer=signer, policy_box=box, feedback=feedback, settling=settling)
         write_back = WriteBack(cache, box)
-        judging = open_judging(stack, s, upstream, write_back)
+        judging = open_judging(stack, s, upstream, write_back, segmenter)
         yield Parts(
             embedder=embedder,
             cache=cache,

@@ -24,7 +24,9 @@ from proxy.upstream.judge_exam_items import ExamItem, exam_items
 
 __all__ = ["EXAM", "ExamItem", "ExamResult", "Qualification", "passes"]
 
-State = Literal["pending", "passed", "failed"]
+# "contradicted": passed, but its yes was contradicted by the answers the upstream gave instead
+# (proxy.service.judging.JudgeAudit); it decides nothing more in this process, whatever its exams say
+State = Literal["pending", "passed", "failed", "contradicted"]
 
 
 EXAM: tuple[ExamItem, ...] = exam_items()
@@ -114,7 +116,8 @@ class Qualification:
                 break  # failed already: a judge at chance costs a few calls, not the whole exam
         result = ExamResult(false_yes, false_no, unanswered)
         standing.result, standing.at = result, self.clock()
-        standing.state = "passed" if result.passed else "failed"
+        if standing.state != "contradicted":
+            standing.state = "passed" if result.passed else "failed"
         structlog.get_logger("smartcache").info(
             "judge.exam",
             model=model,
@@ -123,6 +126,13 @@ class Qualification:
             false_no=false_no,
             unanswered=unanswered,
         )
+
+    def distrust(self, model: str, why: str) -> None:
+        """``model``'s yes proved wrong too often in service: it decides nothing more."""
+        name = self.judge.model or model
+        standing = self._models.setdefault(name, _Standing("contradicted", self.clock()))
+        standing.state = "contradicted"
+        structlog.get_logger("smartcache").warning("judge.contradicted", model=name, why=why)
 
     def standings(self) -> dict[str, str]:
         """Each examined model's state, for ``/readyz``, ``/metrics`` and ``stats``."""

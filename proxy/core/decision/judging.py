@@ -14,7 +14,7 @@ this wording, and never where ``direct_hit: false`` serves nothing but exact rep
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from proxy.core.decision.context import DecisionContext, lexical_guard
 from proxy.core.decision.decide import answer_validation, change_detection
@@ -49,10 +49,11 @@ JUDGE_NETS: tuple[_Stage, ...] = (_judge_floor, change_detection, _judge_guards,
 @dataclass(frozen=True, slots=True)
 class AskJudge:
     """The command: read these candidates (best first) against the request; ``decision`` stands
-    when no verdict serves."""
+    when no verdict serves. ``probabilities``: the verifier's, once it has ranked them."""
 
     candidates: tuple[Candidate, ...]
     decision: Decision
+    probabilities: Mapping[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.candidates)
@@ -93,16 +94,32 @@ def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy
     level = policy.judge_verify
     kept = [c for c in ask.candidates if probabilities.get(c.record.cache_id, -1.0) >= level]
     kept.sort(key=lambda c: -probabilities[c.record.cache_id])
-    return replace(ask, candidates=tuple(kept[: policy.judge_top]))
+    chosen = tuple(kept[: policy.judge_top])
+    return replace(
+        ask, candidates=chosen, probabilities={c.record.cache_id: probabilities[c.record.cache_id] for c in chosen}
+    )
 
 
-def judged(ask: AskJudge, verdicts: Mapping[str, bool], *, late: bool = False) -> Decision:
+def judged(
+    ask: AskJudge,
+    verdicts: Mapping[str, bool],
+    *,
+    late: bool = False,
+    learned: Collection[str] = (),
+    audited: Collection[str] = (),
+) -> Decision:
     """The decision resumed with the judge's verdicts (cache id → yes): the first candidate, in the
-    command's order, that it said yes to is served; else the decision stands, saying the judge
-    refused (or came late) where it was asked."""
+    command's order, that it said yes to is served (``learned``: those a learned level said yes to
+    without asking); else the decision stands, saying the judge refused (or came late) where it was
+    asked. A yes in ``audited`` is forwarded instead, so its answer can be compared."""
     for cand in ask.candidates:
-        if verdicts.get(cand.record.cache_id):
-            return Decision(Status.HIT, Reason.JUDGED, cand.record, cand.score, stage="judge")
+        cache_id = cand.record.cache_id
+        if verdicts.get(cache_id):
+            if cache_id in audited:
+                return replace(ask.decision, reason=Reason.JUDGE_AUDIT, stage="judge")
+            reason = Reason.LEARNED if cache_id in learned else Reason.JUDGED
+            verified = ask.probabilities.get(cache_id)
+            return Decision(Status.HIT, reason, cand.record, cand.score, stage="judge", verified=verified)
     if not ask.candidates:
         return ask.decision
     reason = Reason.JUDGE_LATE if late and len(verdicts) < len(ask.candidates) else Reason.JUDGE_REFUSED

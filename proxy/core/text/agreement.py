@@ -3,7 +3,8 @@ request says? Agree, disagree or unsure, with the signals behind the verdict.
 
 The facts are read by the rules the cache already reads answers with: numbers with units, money,
 dates, times and weekdays (``numbers.extract_numbers``, a normalised line at a time, as an answer's
-key facts are), places, people and products (``entities``), and the bare numbers besides. Two
+key facts are), places, people and products (``entities``), identifiers (letters and digits mixed:
+an order number, a tracking code), and the bare numbers besides. Two
 answers that both state a kind of fact and share none of its values contradict each other:
 disagree. Bare numbers are a weaker kind (a list's length, a count of tips, a figure the model made
 up): disjoint ones leave the pair unsure, never disagreeing. Agreement needs more than the absence
@@ -46,6 +47,13 @@ _MONEY_SLOTS: Final = frozenset({"budget", "price"})
 # a list's numbering at a line's start ("1." "2)" "3、"), which says nothing about the answer's facts
 _LIST_MARKER: Final = re.compile(r"^[\s#>*_\-|]*\d{1,2}[.)、:](?!\d)")
 _BARE_NUMBER: Final = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])")
+# An identifier: letters and digits mixed, six or more (an order or ticket number, a tracking code,
+# a model name such as A100 against H100 spelled out, a reference tag). Two answers naming different
+# ones are about different things.
+CODE: Final = "code"
+_CODE: Final = re.compile(
+    r"(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_-]{5,}(?![A-Za-z0-9_-])"
+)
 
 
 class Verdict(StrEnum):
@@ -106,6 +114,9 @@ def read_answer(answer: str, *, segmenter: Cutter | None = None) -> AnswerReadin
     lines = [normalize_text(line, segmenter=segmenter) for line in answer.splitlines() if line.strip()]
     text = NormalText("\n".join(lines))
     facts: dict[str, set[str]] = {}
+    codes = {m.group().lower() for m in _CODE.finditer(answer)}
+    if codes:
+        facts[CODE] = codes
     for line in lines:
         for n in extract_numbers(line):
             kind, value = _fact_kind(n)

@@ -64,6 +64,8 @@ PLAN_REASONS = {
     Reason.JUDGED,
     Reason.JUDGE_REFUSED,
     Reason.JUDGE_LATE,
+    Reason.LEARNED,
+    Reason.JUDGE_AUDIT,
 }
 QUESTION = "how do I reset my home router"
 

@@ -116,6 +116,18 @@ def test_judged_serves_the_first_yes_in_order() -> None:
     assert (late.status, late.reason) == (Status.HALF_HIT, Reason.JUDGE_LATE)
 
 
+def test_a_learned_yes_serves_as_learned_and_an_audited_yes_is_forwarded() -> None:
+    cands = [make_candidate(0.8, make_record(cache_id="sc-1")), make_candidate(0.7, make_record(cache_id="sc-2"))]
+    sig = make_sig()
+    ask = ask_judge(DecisionContext(cands, sig, JUDGING), decide(cands, sig, JUDGING))
+    learned = judged(ask, {"sc-1": True}, learned={"sc-1"})
+    assert (learned.status, learned.reason, learned.stage) == (Status.HIT, Reason.LEARNED, "judge")
+    audited = judged(ask, {"sc-1": True}, audited={"sc-1"})
+    assert (audited.status, audited.reason) == (Status.HALF_HIT, Reason.JUDGE_AUDIT)
+    # the first yes ends it: an audited one is not passed over for the next candidate's yes
+    assert judged(ask, {"sc-1": True, "sc-2": True}, audited={"sc-1"}).reason is Reason.JUDGE_AUDIT
+
+
 def test_the_alias_tag_survives_the_store_round_trip() -> None:
     tags = RecordTags(alias_of="sc-7")
     assert RecordTags.from_json(tags.to_json()).alias_of == "sc-7"
