@@ -13,9 +13,10 @@ A level is the lowest score above which the wrong answers, with an upper confide
 from the top down and the search stops at the first that fails (fixed-sequence testing: the error
 stays bounded without correcting for the number of levels tried). It starts at the highest level
 with enough labels to pass at all, which depends on how many labels there are, never on what they
-say, and never goes down into a band of scores no label fell in. An agreement is a weaker label than a verdict: the agreement check itself agrees on a
-near-miss now and then (``benchmarks/bench_agreement.py`` measures how often), so each right label
-resting on it counts as that fraction of an error.
+say, and never goes down into a band of scores no label fell in. An agreement is a weaker label
+than a verdict: the agreement check itself agrees on a near-miss now and then
+(``benchmarks/bench_agreement.py`` measures how often), so each right label resting on it counts
+as that fraction of an error.
 """
 
 from __future__ import annotations
@@ -41,7 +42,27 @@ __all__ = [
 ]
 
 # the scores a level may sit at, highest first
-LEVELS: Final = (0.995, 0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.9, 0.88, 0.85, 0.8, 0.75, 0.7)
+LEVELS: Final = (
+    0.995,
+    0.99,
+    0.98,
+    0.97,
+    0.96,
+    0.95,
+    0.94,
+    0.93,
+    0.92,
+    0.9,
+    0.88,
+    0.85,
+    0.8,
+    0.75,
+    0.7,
+    0.65,
+    0.6,
+    0.55,
+    0.5,
+)
 CONFIDENCE: Final = 0.95
 # The share of near-miss answer pairs the agreement check agrees on all the same: the upper bound
 # of bench_agreement's worse language (Chinese). A right label resting on an agreement alone is that

@@ -18,7 +18,10 @@ scores the best candidate at or above it, the candidate is served without asking
 ``audit_rate`` sample that is still judged. Every verdict leaves a label once the request's answer
 is known: a forwarded answer is compared with each judged candidate's (``core/text/agreement.py``),
 which overrules a verdict it plainly contradicts, and a yes it contradicts counts against the judge
-(``JudgeAudit``); an ``audit_rate`` sample of the judge's yes is forwarded instead of served for that.
+(``JudgeAudit``); where a level is in force (the judge's labels already decide requests on their
+own), an ``audit_rate`` sample of the judge's yes is forwarded instead of served for that.
+Samples are drawn by the wording's hash: the same wording is audited every time or never, so a
+replay is repeatable.
 """
 
 from __future__ import annotations
@@ -182,7 +185,7 @@ class Judging:
                 and level is not None
                 and self.levels is not None
                 and ranked.probabilities.get(best.record.cache_id, 0.0) >= level.score
-                and not sampled(f"{request_hash}\x1f{best.record.cache_id}", policy.audit_rate, "level")
+                and not sampled(request_hash, policy.audit_rate, "level")
             ):
                 out.said[best.record.cache_id] = True
                 out.learned.add(best.record.cache_id)
@@ -198,7 +201,7 @@ class Judging:
                 out.said[cache_id] = said
                 out.answers[cache_id] = cand.record.answer_text
                 if said:
-                    if sampled(f"{request_hash}\x1f{cache_id}", policy.audit_rate, "judge"):
+                    if level is not None and sampled(request_hash, policy.audit_rate, "judge"):
                         out.audited.add(cache_id)  # forwarded, and its answer compared with this one
                         break
                     out.done.set()  # the request goes on; the alias is written meanwhile

@@ -47,9 +47,7 @@ def test_labels_needed_is_the_rule_of_three_made_exact() -> None:
 def _labels(
     n: int, score: float, *, wrong: int = 0, user: str = "", source: Source = Source.JUDGE, at: float = 0.0
 ) -> list[Label]:
-    return [
-        Label("general", score, i >= wrong, source, user or f"u{i}", f"sc-{i}", at + i) for i in range(n)
-    ]
+    return [Label("general", score, i >= wrong, source, user or f"u{i}", f"sc-{i}", at + i) for i in range(n)]
 
 
 def test_no_level_until_enough_labels_say_right() -> None:
