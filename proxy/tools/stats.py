@@ -67,6 +67,8 @@ class Snapshot:
     judge_calls: Mapping[str, float] = field(default_factory=dict)  # yes | no | failed | skipped -> calls
     judge_tokens: float = 0.0
     judge_qualified: Mapping[str, float] = field(default_factory=dict)  # model -> 1 passed, 0 not
+    # learned levels per intent: the lowest level in force, its bound, labels read, judge calls saved
+    learned: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def total_requests(self) -> float:
@@ -133,6 +135,7 @@ def parse_metrics(text: str) -> Snapshot:
     records: dict[str, float] = {}
     judge_calls: dict[str, float] = {}
     judge_qualified: dict[str, float] = {}
+    learned: dict[str, dict[str, float]] = {}
     cached = index_size = judge_tokens = 0.0
     for name, labels, value in samples:
         if name == "smartcache_requests_total":
@@ -157,6 +160,8 @@ def parse_metrics(text: str) -> Snapshot:
             judge_tokens += value
         elif name == "smartcache_judge_qualified":
             judge_qualified[labels["model"]] = value
+        elif name in _LEARNED:
+            learned.setdefault(labels["intent"], {})[_LEARNED[name]] = value
     return Snapshot(
         requests=requests,
         requests_by=requests_by,
@@ -171,6 +176,7 @@ def parse_metrics(text: str) -> Snapshot:
         judge_calls=judge_calls,
         judge_tokens=judge_tokens,
         judge_qualified=judge_qualified,
+        learned=learned,
     )
 
 
@@ -235,6 +241,38 @@ def summary_table(snap: Snapshot) -> Table:
     return table
 
 
+_LEARNED: Mapping[str, str] = {
+    "smartcache_learned_level": "level",
+    "smartcache_learned_bound": "bound",
+    "smartcache_learned_labels": "labels",
+    "smartcache_judge_saved_total": "saved",
+}
+
+
+def learned_table(snap: Snapshot) -> Table:
+    """Per intent: the labels the levels were fitted from, the lowest level in force and its bound,
+    and the judge calls the levels saved."""
+    table = Table(title="Learned levels")
+    for col, justify in (
+        ("intent", "left"),
+        ("labels", "right"),
+        ("level in force", "right"),
+        ("bound", "right"),
+        ("judge calls saved", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for intent, values in sorted(snap.learned.items()):
+        level, bound = values.get("level"), values.get("bound")
+        table.add_row(
+            intent,
+            f"{values.get('labels', 0):.0f}",
+            "none" if level is None else f"{level:.3f}",
+            "-" if bound is None else f"{bound:.4f}",
+            f"{values.get('saved', 0):.0f}",
+        )
+    return table
+
+
 def stage_table(snap: Snapshot) -> Table:
     table = Table(title="Stage timings")
     for col, justify in (("stage", "left"), ("runs", "right"), ("mean ms", "right"), ("p95 ms", "right")):
@@ -263,5 +301,8 @@ def latency_table(snap: Snapshot) -> Table:
 
 def print_stats(snap: Snapshot, console: Console | None = None) -> None:
     console = console or Console()
-    for table in (summary_table(snap), stage_table(snap), latency_table(snap)):
+    tables = [summary_table(snap), stage_table(snap), latency_table(snap)]
+    if snap.learned:
+        tables.insert(1, learned_table(snap))
+    for table in tables:
         console.print(table)

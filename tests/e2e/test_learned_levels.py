@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
+from rich.console import Console
+
 from proxy.core.identity import Identity
 from proxy.core.learning import Label, Source
 from proxy.http import keys
 from proxy.service.learning import LearnedLevels, user_of
+from proxy.tools.stats import parse_metrics, print_stats
 from tests.conftest import Proxy, ProxyFactory, Upstream
 from tests.e2e.test_e2e_core import ask, chat
 from tests.e2e.test_judge import CAPITAL, CAPITAL_REWORDED, PARIS, judging_policy, qualified
@@ -87,6 +91,14 @@ async def test_a_level_earned_serves_without_asking(
     # another tenant has learnt nothing: its own records would be judged, never served by this level
     other = await levels_of(proxy).level("t-other", proxy.app[keys.CHAT].planner.policy_box.policy.for_intent(intent))
     assert other is None
+    # `smartcache stats` shows the level in force per intent, its bound and the calls it saved
+    async with aiohttp.ClientSession() as http, http.get(proxy.server.make_url("/metrics")) as resp:
+        snap = parse_metrics(await resp.text())
+    assert snap.learned[intent]["level"] == 0.5 and snap.learned[intent]["saved"] == 1
+    assert 0 < snap.learned[intent]["bound"] <= 0.005 and snap.learned[intent]["labels"] == 700
+    console = Console(record=True, width=200)
+    print_stats(snap, console)
+    assert "Learned levels" in console.export_text()
 
 
 async def test_an_audited_request_is_judged_even_above_the_level(
