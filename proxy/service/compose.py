@@ -222,12 +222,17 @@ async def open_parts(
         signer = ContextSigner(embedder, classifier, SignerSettings(view_tokens=s.view_tokens), segmenter=segmenter)
         settling = Settling()
         stack.push_async_callback(settling.close)  # first: answers given are kept before the index is saved
-        feedback = FeedbackReader(
-            cache=cache, judge=judge, metrics=metrics, regenerate_window=s.regenerate_window, clock=time.time
-        )
-        planner = Planner(cache=cache, signer=signer, policy_box=box, feedback=feedback, settling=settling)
         write_back = WriteBack(cache, box)
         judging = open_judging(stack, s, upstream, write_back, segmenter)
+        feedback = FeedbackReader(
+            cache=cache,
+            judge=judge,
+            metrics=metrics,
+            regenerate_window=s.regenerate_window,
+            clock=time.time,
+            corrected=None if judging is None else judging.corrected,
+        )
+        planner = Planner(cache=cache, signer=signer, policy_box=box, feedback=feedback, settling=settling)
         yield Parts(
             embedder=embedder,
             cache=cache,

@@ -105,9 +105,13 @@ class FeedbackReader:
         metrics: Metrics,
         regenerate_window: float,
         clock: Callable[[], float],
+        corrected: Callable[[Identity, str], None] | None = None,
     ) -> None:
+        """``corrected``: told of each served hit the user regenerated or corrected (the judge's
+        learned levels take it as a wrong label)."""
         self.cache, self.judge, self.metrics, self.clock = cache, judge, metrics, clock
         self.regenerate_window = regenerate_window
+        self.corrected = corrected
 
     async def read(self, conv: Conversation, who: Identity) -> Reason | None:
         """The signal this request carries about the last answer (a reset, a regenerate or a
@@ -138,6 +142,8 @@ class FeedbackReader:
             # the signal is about the session's last answer: a hit the session went on from (its
             # last answer is a later one) was accepted, whatever is said of that later answer
             self.metrics.hit_judged("corrected" if judged == last.cache_id else "accepted")
+            if judged == last.cache_id and self.corrected is not None:
+                self.corrected(who, judged)
         return signal
 
 

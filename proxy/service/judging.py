@@ -35,6 +35,7 @@ from typing import Final
 from proxy.core.decision.judging import AskJudge, judged
 from proxy.core.identity import Identity
 from proxy.core.learning import Label, Source, lower_bound, sampled
+from proxy.core.lru import LruDict
 from proxy.core.model import Candidate, Decision
 from proxy.core.openai.request import ChatRequest
 from proxy.core.text.agreement import Verdict, agreement
@@ -52,6 +53,7 @@ __all__ = ["JudgeAudit", "Judging", "Verdicts"]
 # contradicted on a few percent of its yes, one at chance on far more than this
 MAX_CONTRADICTED: Final = 0.15
 MIN_CHECKED: Final = 10
+SERVED_KEPT: Final = 65_536  # sessions whose last judged or learned hit is remembered for their feedback
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Verdicts:
     intent: str = ""
     user: str = ""
     model: str = ""
+    session: str = ""
     said: dict[str, bool] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     ranked: AskJudge | None = None
@@ -90,6 +93,19 @@ class JudgeAudit:
         return self.checked >= MIN_CHECKED and lower_bound(self.contradicted, self.checked) > MAX_CONTRADICTED
 
 
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """A hit served on a verdict (or a level): what a regenerate or correction of it labels."""
+
+    cache_id: str
+    score: float
+    tenant: str
+    intent: str
+    user: str
+    model: str
+    learned: bool
+
+
 def _retrieved(task: asyncio.Future[bool | None]) -> None:
     """A verdict nobody waited for (the verifier dropped its candidate) is not logged as lost."""
     if not task.cancelled():
@@ -111,6 +127,8 @@ class Judging:
         self._remembering: set[asyncio.Task[None]] = set()
         self.decided = {"served": 0, "refused": 0, "late": 0, "learned": 0, "audited": 0}
         self.audits: dict[str, JudgeAudit] = {}
+        # each session's last hit served on a verdict or a level, until the user's feedback on it
+        self._served: LruDict[tuple[str, str], _Served] = LruDict(SERVED_KEPT)
 
     def ready(self, model: str, headers: Callable[[], Mapping[str, str]]) -> bool:
         """May the judge decide for ``model``? Examines it first (in the background, with the
@@ -122,7 +140,7 @@ class Judging:
         """Rank ``plan.ask``'s candidates and ask about them in a task of its own that outlives the
         request: what the judge says, even late, is remembered."""
         assert plan.ask is not None and plan.policy is not None
-        verdicts = Verdicts(who.tenant, plan.policy.name, user_of(who), self.judge.model or req.model)
+        verdicts = Verdicts(who.tenant, plan.policy.name, user_of(who), self.judge.model or req.model, who.session)
         self._track(self._ask(req, who, plan, plan.ask, dict(headers), verdicts))
         return verdicts
 
@@ -149,7 +167,30 @@ class Judging:
         )
         if asked:  # none the verifier kept: the judge was not asked, the decision stands
             self.decided[_outcome(decision, late)] += 1
+        if decision.is_hit and decision.record is not None:
+            cache_id = decision.record.cache_id
+            score = verdicts.scores.get(cache_id)
+            if score is not None:
+                v, learned = verdicts, cache_id in verdicts.learned
+                served = _Served(cache_id, score, v.tenant, v.intent, v.user, v.model, learned)
+                self._served.put((verdicts.tenant, verdicts.session), served)
         return decision
+
+    def corrected(self, who: Identity, cache_id: str) -> None:
+        """The user regenerated or corrected the hit ``cache_id`` served to this session: where it
+        was served on a verdict or a level, a wrong label, and for a verdict, a yes contradicted."""
+        served = self._served.pop((who.tenant, who.session))
+        if served is None or served.cache_id != cache_id:
+            return
+        if not served.learned:
+            audit = self.audits.setdefault(served.model, JudgeAudit())
+            audit.checked += 1
+            audit.contradicted += 1
+            self._distrust_if_due(served.model, audit)
+        if self.levels is not None:
+            now = self.write_back.cache.clock()
+            label = Label(served.intent, served.score, False, Source.FEEDBACK, served.user, cache_id, now)
+            self._track(self.levels.add(served.tenant, [label]))
 
     def answered(self, verdicts: Verdicts, fresh: str | None) -> None:
         """The request has its answer: ``fresh``, the forwarded one, or None (served from the cache,
@@ -241,12 +282,15 @@ class Judging:
                 audit.checked += 1
                 audit.contradicted += reading is Verdict.DISAGREE
             labels.append(Label(v.intent, v.scores[cache_id], right, source, v.user, cache_id, now))
-        if audit.distrusted and self.qualification.ready(v.model):
-            self.qualification.distrust(v.model, f"{audit.contradicted} of {audit.checked} checked yes contradicted")
-            if self.levels is not None:
-                self.levels.distrust(Source.JUDGE)
+        self._distrust_if_due(v.model, audit)
         if labels and self.levels is not None:
             self._track(self.levels.add(v.tenant, labels))
+
+    def _distrust_if_due(self, model: str, audit: JudgeAudit) -> None:
+        if audit.distrusted and self.qualification.ready(model):
+            self.qualification.distrust(model, f"{audit.contradicted} of {audit.checked} checked yes contradicted")
+            if self.levels is not None:
+                self.levels.distrust(Source.JUDGE)
 
     async def landed(self, timeout: float = 10) -> None:
         """Until the verdicts under way are remembered (an alias written, a refusal kept, labels kept)."""

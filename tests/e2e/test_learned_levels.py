@@ -156,3 +156,23 @@ async def test_a_replica_over_one_redis_serves_at_the_level_without_asking(
     status, served, raw = await chat(b.client(), ask(CAPITAL_REWORDED))
     assert (status, served, raw.headers.get("x-cache-reason")) == ("hit", PARIS, "learned")
     assert len(upstream.script.judge_calls) == judged
+
+
+async def test_a_judged_hit_the_user_regenerates_is_a_wrong_label_and_counts_against_the_judge(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    proxy = await learned_proxy(make_proxy, tmp_path, upstream)
+    client = proxy.client(**{"x-smartcache-session": "regen-1"})
+    status, _, raw = await chat(client, ask(CAPITAL_REWORDED))
+    assert (status, raw.headers.get("x-cache-reason")) == ("hit", "judged")
+    await proxy.settled()
+    # the same conversation re-sent by the same session at once: a regenerate of the judged hit
+    status, _, raw = await chat(client, ask(CAPITAL_REWORDED))
+    assert (status, raw.headers.get("x-cache-reason")) == ("miss", "regenerate")
+    await proxy.settled()
+    judging = proxy.app[keys.CHAT].judging
+    await judging.landed()
+    tenant, intent = await tenant_and_intent_of_original(proxy)
+    labels = await proxy.app[keys.CACHE].store.labels(tenant, intent)
+    assert [(lb.right, lb.source) for lb in labels] == [(True, Source.JUDGE), (False, Source.FEEDBACK)]
+    assert judging.audits["m"].contradicted == 1
