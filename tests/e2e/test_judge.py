@@ -190,4 +190,4 @@ async def test_a_yes_counts_only_for_a_candidate_the_verifier_keeps(
     await proxy.app[keys.CHAT].judging.landed()
     records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
     assert [r.coarse_tags.alias_of for r in records] == [None]
-    assert proxy.app[keys.CHAT].judging.decided == {"served": 0, "refused": 0, "late": 0}
+    assert set(proxy.app[keys.CHAT].judging.decided.values()) == {0}
