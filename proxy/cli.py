@@ -277,6 +277,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from proxy.tools.calibrate import calibrate, calibrate_verifier, describe_kept, describe_verified, verifier_curve
     from proxy.tools.calibrated_policy import write_policy
     from proxy.tools.held_out import held_out
+    from proxy.tools.learned_levels import print_trace_levels, trace_levels
     from proxy.tools.report import print_calibration, print_held_out, print_verifier_curve
 
     configure_logging("warning")
@@ -292,6 +293,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for setting in ("verify_accept", "verify_previous"):
         print_verifier_curve(verifier_curve(rows, setting=setting), table_console())
     print_held_out(held_out(rows, template=template, target=args.target_false_hit), table_console())
+    print_trace_levels(trace_levels(rows, template, max_error=args.max_error), table_console())
     if (kept := describe_kept(results)) is not None:
         print(kept, file=sys.stderr)
     if args.out:
@@ -379,6 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="have the pair verifier read every cacheable intent's candidates and previous turns, not only "
         "those of the intents the template verifies: its curve shows where it could serve",
+    )
+    cal.add_argument(
+        "--max-error",
+        type=float,
+        help="the learned levels' target for the level table (default: each intent's max_error, else 0.005); "
+        "the verifier scores only the intents that verify, so use --verify-all for every intent's levels",
     )
     cal.add_argument("--policy", type=Path, help="template policy (default: the one shipped for the pack)")
     cal.add_argument("--embedding-model", dest="embedding_model", help="pack to calibrate for (default: settings)")

@@ -74,6 +74,7 @@ class Source(StrEnum):
     JUDGE = "judge"  # the judge's yes or no
     AGREEMENT = "agreement"  # the forwarded answer agreed or disagreed with the cached one
     FEEDBACK = "feedback"  # the user regenerated or corrected a served answer
+    TRACE = "trace"  # a labelled trace's answer keys, read offline (``smartcache calibrate``)
 
 
 @dataclass(frozen=True, slots=True)
