@@ -67,7 +67,7 @@ CONFIDENCE: Final = 0.95
 # The share of near-miss answer pairs the agreement check agrees on all the same: the upper bound
 # of bench_agreement's worse language (Chinese). A right label resting on an agreement alone is that
 # much of an error.
-AGREEMENT_DOUBT: Final = 0.042
+AGREEMENT_DOUBT: Final = 0.022
 
 
 class Source(StrEnum):

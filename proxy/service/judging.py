@@ -49,9 +49,10 @@ from proxy.upstream.judge_exam import Qualification
 __all__ = ["JudgeAudit", "Judging", "Verdicts"]
 
 # A judge stops deciding once its yes is contradicted by the forwarded answer this often, at the
-# lower confidence bound: a judge erring 2 % on pairs the verifier has already filtered is
-# contradicted on a few percent of its yes, one at chance on far more than this
-MAX_CONTRADICTED: Final = 0.15
+# lower confidence bound. The comparison itself reads some answers to one question as disagreeing
+# (bench_agreement's same-question pairs: about one in eight in English), so a sound judge sits
+# under this; one saying yes to a third of the wrong answers it reads sits well over it
+MAX_CONTRADICTED: Final = 0.2
 MIN_CHECKED: Final = 10
 SERVED_KEPT: Final = 65_536  # sessions whose last judged or learned hit is remembered for their feedback
 

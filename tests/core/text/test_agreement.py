@@ -158,3 +158,13 @@ def test_the_levels_decide_an_agree(segmenter: Segmenter) -> None:
     cached = read_answer("France's capital, Paris, is also its largest city.", segmenter=segmenter)
     assert compare(fresh, cached, min_overlap=0.0).verdict is AGREE
     assert compare(fresh, cached, min_overlap=1.0).verdict is UNSURE
+
+
+def test_identifiers_are_facts(segmenter: Segmenter) -> None:
+    # another order number, tracking code or reference: another answer, however alike the words
+    other = agreement("Your order A10017 ships on Monday.", "Your order B20028 ships on Monday.", segmenter=segmenter)
+    assert (other.verdict, other.conflicts) == (Verdict.DISAGREE, ("code", "number"))
+    same = agreement("Your order A10017 ships on Monday.", "Order A10017 ships Monday.", segmenter=segmenter)
+    assert same.verdict is Verdict.AGREE
+    # words that only mix letters and digits under six characters are no identifiers ("5G", "H2O")
+    assert "code" not in read_answer("5G phones need H2O proof cases.", segmenter=segmenter).facts
