@@ -106,7 +106,7 @@ class Level:
 
 def labels_needed(max_error: float, confidence: float = CONFIDENCE) -> int:
     """The fewest labels that can bound the error under ``max_error``: all of them right."""
-    return math.ceil(math.log(1 - confidence) / math.log(1 - max_error))
+    return math.ceil(math.log(1 - confidence) / math.log1p(-max_error))
 
 
 def upper_bound(errors: float, n: int, confidence: float = CONFIDENCE) -> float:

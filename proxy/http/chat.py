@@ -487,10 +487,10 @@ class ChatService:
 
     async def _write_back(self, req: ChatRequest, who: Identity, out: Outcome, plan: Plan, relayed: Relayed) -> None:
         t = time.perf_counter()
-        if out.verdicts is not None and self.judging is not None:  # the judge's labels read against it
-            self.judging.answered(out.verdicts, relayed.text if relayed.storable else None)
         whole = relayed.text if relayed.storable or relayed.cut_at_limit else None
         kept = await self.write_back.keep(req, who, plan, whole, relayed.usage, cut=relayed.cut_at_limit)
+        if out.verdicts is not None and self.judging is not None:  # after the record: its labels can wait
+            self.judging.answered(out.verdicts, relayed.text if relayed.storable else None)
         if kept.failed:  # the answer is relayed already; it is just not kept
             out.ending = Ending.STORE_UNAVAILABLE
         if (record := kept.record) is None:

@@ -60,8 +60,8 @@ SERVED_KEPT: Final = 65_536  # sessions whose last judged or learned hit is reme
 @dataclass
 class Verdicts:
     """What the judge has said so far about one request's candidates (cache id → yes), and the
-    command as the verifier ranked it, once it has; then what the labels need: the verifier's
-    scores and the cached answers of those judged, and the request's own answer once known."""
+    command as the verifier ranked it (its candidates' records and scores), once it has; then what
+    the labels need besides: who asked, and the request's own answer once known."""
 
     tenant: str = ""
     intent: str = ""
@@ -73,8 +73,6 @@ class Verdicts:
     ranked: AskJudge | None = None
     learned: set[str] = field(default_factory=set)  # served by a learned level, not asked
     audited: set[str] = field(default_factory=set)  # a yes forwarded instead, for the comparison
-    scores: dict[str, float] = field(default_factory=dict)
-    answers: dict[str, str] = field(default_factory=dict)
     asked: bool = False  # the judge's task has ended
     fresh: str | None = None  # the forwarded answer
     answered: bool = False  # the request has its answer: served, forwarded, or failed
@@ -168,13 +166,10 @@ class Judging:
         )
         if asked:  # none the verifier kept: the judge was not asked, the decision stands
             self.decided[_outcome(decision, late)] += 1
-        if decision.is_hit and decision.record is not None:
-            cache_id = decision.record.cache_id
-            score = verdicts.scores.get(cache_id)
-            if score is not None:
-                v, learned = verdicts, cache_id in verdicts.learned
-                served = _Served(cache_id, score, v.tenant, v.intent, v.user, v.model, learned)
-                self._served.put((verdicts.tenant, verdicts.session), served)
+        if decision.is_hit and decision.record is not None and decision.verified is not None:
+            v, cache_id = verdicts, decision.record.cache_id
+            served = _Served(cache_id, decision.verified, v.tenant, v.intent, v.user, v.model, cache_id in v.learned)
+            self._served.put((v.tenant, v.session), served)
         return decision
 
     def corrected(self, who: Identity, cache_id: str) -> None:
@@ -220,7 +215,6 @@ class Judging:
             early.add_done_callback(_retrieved)
         try:
             ranked = out.ranked = await self.write_back.cache.ranked(ask, plan.signature, policy)
-            out.scores.update(ranked.probabilities)
             best = ranked.candidates[0] if ranked else None
             if (
                 best is not None
@@ -241,7 +235,6 @@ class Judging:
                     break  # no verdict (the cap, an error): the rest would fare no better
                 cache_id = cand.record.cache_id
                 out.said[cache_id] = said
-                out.answers[cache_id] = cand.record.answer_text
                 if said:
                     if level is not None and sampled(request_hash, policy.audit_rate, "judge"):
                         out.audited.add(cache_id)  # forwarded, and its answer compared with this one
@@ -262,18 +255,18 @@ class Judging:
     def _settle(self, v: Verdicts) -> None:
         """Once both the judge's task and the request have ended: each verdict as a label, read
         against the forwarded answer where there is one, and the judge's yes audited by it."""
-        if v.labelled or not (v.asked and v.answered):
+        if v.labelled or not (v.asked and v.answered) or v.ranked is None:
             return
         v.labelled = True
         labels: list[Label] = []
         audit = self.audits.setdefault(v.model, JudgeAudit())
         now = self.write_back.cache.clock()
+        scores, records = v.ranked.probabilities, {c.record.cache_id: c.record for c in v.ranked.candidates}
         for cache_id, said in v.said.items():
-            if cache_id in v.learned or cache_id not in v.scores:
+            if cache_id in v.learned or cache_id not in scores:
                 continue  # a level's own serve is no evidence for the level
-            reading = (
-                None if v.fresh is None else agreement(v.fresh, v.answers[cache_id], segmenter=self.segmenter).verdict
-            )
+            cached = records[cache_id].answer_text
+            reading = None if v.fresh is None else agreement(v.fresh, cached, segmenter=self.segmenter).verdict
             right, source = said, Source.JUDGE
             if reading is Verdict.DISAGREE:
                 right, source = False, (Source.AGREEMENT if said else Source.JUDGE)
@@ -282,7 +275,7 @@ class Judging:
             if said and reading in (Verdict.AGREE, Verdict.DISAGREE):
                 audit.checked += 1
                 audit.contradicted += reading is Verdict.DISAGREE
-            labels.append(Label(v.intent, v.scores[cache_id], right, source, v.user, cache_id, now))
+            labels.append(Label(v.intent, scores[cache_id], right, source, v.user, cache_id, now))
         self._distrust_if_due(v.model, audit)
         if labels and self.levels is not None:
             self._track(self.levels.add(v.tenant, labels))

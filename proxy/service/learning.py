@@ -51,10 +51,9 @@ class _Fit:
 @dataclass(frozen=True, slots=True)
 class Standing:
     """One intent's learned levels over the tenants fitted here, for metrics and ``stats``: labels
-    read, tenants with a level in force, the lowest level in force and the highest bound."""
+    read, the lowest level in force and the highest bound."""
 
     labels: int
-    tenants: int
     level: float | None
     bound: float | None
 
@@ -64,7 +63,7 @@ class LearnedLevels:
         self.store, self.clock = store, clock
         self._fits: LruDict[tuple[str, str], _Fit] = LruDict(FITS_KEPT)
         self._fresh: Counter[tuple[str, str]] = Counter()  # labels added here since the last fit
-        self._fitting: dict[tuple[str, str], asyncio.Future[Level | None]] = {}
+        self._fitting: dict[tuple[str, str], asyncio.Task[Level | None]] = {}
         self.excluded: frozenset[Source] = frozenset()  # sources no longer trusted (a contradicted judge)
         self.saved: Counter[str] = Counter()  # intent -> judge calls a level saved
         self.added: Counter[str] = Counter()  # source -> labels kept
@@ -84,20 +83,11 @@ class LearnedLevels:
             and self._fresh[key] < REFIT_LABELS
         ):
             return fit.level
-        if (running := self._fitting.get(key)) is not None:
-            return await asyncio.shield(running)
-        future: asyncio.Future[Level | None] = asyncio.get_running_loop().create_future()
-        self._fitting[key] = future
-        try:
-            level = await self._fit(key, params, now)
-            future.set_result(level)
-            return level
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: whoever waits gets it; nobody waiting is no error
-            raise
-        finally:
-            del self._fitting[key]
+        running = self._fitting.get(key)
+        if running is None:  # one read of the store however many requests find the fit stale
+            running = self._fitting[key] = asyncio.ensure_future(self._fit(key, params, now))
+            running.add_done_callback(lambda _: self._fitting.pop(key, None))
+        return await asyncio.shield(running)
 
     async def _fit(
         self, key: tuple[str, str], params: tuple[float, int, frozenset[Source]], now: float
@@ -139,7 +129,6 @@ class LearnedLevels:
             levels = [f.level for f in fits if f.level is not None]
             out[intent] = Standing(
                 labels=sum(f.labels for f in fits),
-                tenants=len(levels),
                 level=min((lv.score for lv in levels), default=None),
                 bound=max((lv.bound for lv in levels), default=None),
             )

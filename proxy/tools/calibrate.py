@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.core.learning import labels_needed
 from proxy.core.model import Reason
 from proxy.core.policy import Policy
 from proxy.tools.replay import Row
@@ -52,7 +53,7 @@ def upper_bound(false: int, n: int) -> float:
 def samples_needed(target: float) -> int:
     """The fewest accepted candidates, all of them right, whose bound meets ``target``: below
     this no threshold can be shown safe (about 3000 for a target of 1e-3)."""
-    return max(1, math.ceil(math.log(0.05) / math.log1p(-target))) if 0 < target < 1 else 1
+    return labels_needed(target) if 0 < target < 1 else 1
 
 
 def _scored(r: Row) -> bool:

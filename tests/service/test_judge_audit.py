@@ -6,11 +6,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from proxy.core.decision.judging import AskJudge
 from proxy.core.learning import Label, Source
+from proxy.core.model import Candidate, Decision, Reason, Status
 from proxy.service.judging import MIN_CHECKED, JudgeAudit, Judging, Verdicts
 from proxy.upstream.client import Upstream
 from proxy.upstream.judge import Judge
 from proxy.upstream.judge_exam import Qualification
+from tests.factories import make_record
 
 CACHED = "Your order A1001 ships on Monday."
 AGREEING = "Order A1001 ships on Monday."
@@ -42,8 +45,12 @@ def judging() -> tuple[Judging, Levels]:
 
 
 def verdicts(said: bool, score: float = 0.9) -> Verdicts:
+    """One candidate, ``sc-1`` holding ``CACHED``, ranked by the verifier at ``score`` and judged."""
+    record = make_record(cache_id="sc-1", answer_text=CACHED)
+    decision = Decision(Status.HALF_HIT, Reason.CANDIDATE_ZONE, record, 0.9)
     v = Verdicts("t-1", "general", "u-1", "m")
-    v.said, v.scores, v.answers, v.asked = {"sc-1": said}, {"sc-1": score}, {"sc-1": CACHED}, True
+    v.ranked = AskJudge((Candidate(record, 0.9, 0.9),), decision, {"sc-1": score})
+    v.said, v.asked = {"sc-1": said}, True
     return v
 
 
