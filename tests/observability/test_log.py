@@ -155,6 +155,9 @@ async def test_debug_keeps_aiosqlites_traces_out_unless_asked(
         async with aiosqlite.connect(":memory:") as db:
             await db.execute("create table t (x)")
             await db.execute("insert into t values (1)")
+        # the worker thread logs its last line after the close returns: joined, so that line is
+        # this test's, never one in a later test's stream
+        db._thread.join(timeout=5)
         structlog.get_logger("smartcache").debug("cache.lookup", candidates=0)
         return _json_lines(capsys.readouterr().out)
 
