@@ -355,6 +355,7 @@ class Reason(StrEnum):
     OTHER_HISTORY = "other_history"  # another conversation's answer, after other user turns
     ASKED_AGAIN = "asked_again"  # the session's previous turn in its own words: another answer is wanted
     OTHER_NAMES = "other_names"  # a capitalised name one turn has and the other does not
+    OTHER_LANGUAGE = "other_language"  # asked in Chinese, answered for English (or the other way)
     CANDIDATE_ZONE = "candidate_zone"
     NO_DIRECT_HIT = "no_direct_hit"
     VERIFIER_UNAVAILABLE = "verifier_unavailable"

@@ -27,6 +27,7 @@ from proxy.core.model import (
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.courtesy import bare_question
 from proxy.core.text.entities import entities_conflict
+from proxy.core.text.language import languages_differ
 from proxy.core.text.lexical import context_dependent, reordered, text_similarity, works_on_the_reply
 from proxy.core.text.names import names_differ
 from proxy.core.text.normalize import fold_space
@@ -123,6 +124,9 @@ def lexical_guard(
         # whole conversations are close, but what was said before may have shaped that answer
         return Reason.OTHER_HISTORY
     asked, theirs = sig.question_raw, tags.question_raw
+    if languages_differ(asked or sig.current_text, theirs or tags.question):
+        # the answer is in the other language: whatever a multilingual reader makes of the meanings
+        return Reason.OTHER_LANGUAGE
     if (
         cand.same_session
         and cand.turn_gap == 1

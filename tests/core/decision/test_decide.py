@@ -258,6 +258,13 @@ CASES = [
         ),
     ),
     Case(
+        Reason.OTHER_LANGUAGE,
+        Status.HALF_HIT,
+        # the same request to a multilingual reader, but its answer is in English
+        [make_candidate(0.97, make_record("Recommend a good comedy for a movie night."))],
+        sig=make_sig("推荐一部好看的喜剧电影", question_raw="推荐一部好看的喜剧电影"),
+    ),
+    Case(
         Reason.COURTESY_VARIANT,
         Status.HIT,
         # below the floor, named another intent, under an intent that serves no judged hit: none
