@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.core.model import Candidate, Record, Signature
+from proxy.core.text.lexical import stands_alone
 from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
 
-__all__ = ["BatchingVerifier", "VerifierBusy", "record_side", "request_side"]
+__all__ = ["BatchingVerifier", "VerifierBusy", "pair_of", "record_side", "request_side"]
 
 Pair = tuple[PairSide, PairSide]
 
@@ -37,6 +38,17 @@ def record_side(record: Record) -> PairSide:
     return PairSide(
         tags.question_raw or tags.question, tags.previous_question, tags.previous_reply_head or tags.previous_reply
     )
+
+
+def pair_of(sig: Signature, cand: Candidate) -> Pair:
+    """The pair the verifier reads for a request and a candidate. A question the session asks
+    again after other turns is read alone, like the record's: the conversation moved on between
+    them, so their sides' previous turns differ whatever the question means (the judge and the
+    guards read what was said in between); a turn that leans on its context keeps it."""
+    ours, theirs = request_side(sig), record_side(cand.record)
+    if cand.same_session and (cand.turn_gap or 0) > 1 and stands_alone(ours.question) and stands_alone(theirs.question):
+        return PairSide(ours.question), PairSide(theirs.question)
+    return ours, theirs
 
 
 class BatchingVerifier(BatchedFront):
@@ -67,8 +79,7 @@ class BatchingVerifier(BatchedFront):
         """cache_id -> probability that the candidate's answer answers this request."""
         if not candidates:
             return {}
-        side = request_side(sig)
-        scores = await self.score([(side, record_side(c.record)) for c in candidates])
+        scores = await self.score([pair_of(sig, c) for c in candidates])
         return {c.record.cache_id: p for c, p in zip(candidates, scores, strict=True)}
 
     def _score(self, pairs: list[Pair]) -> list[float]:

@@ -63,6 +63,9 @@ _ANAPHORA_ZH = (
 # ("Yes, please.", "I don't care.") or with pronouns depend on the last reply.
 SHORT_CJK_CHARS = 12
 SHORT_EN_WORDS = 4
+# the fewest a turn that stands alone has ("Why do we yawn?", "章鱼的冷知识")
+STANDALONE_CJK_CHARS = 6
+STANDALONE_EN_WORDS = 3
 _FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
 
 
@@ -310,6 +313,20 @@ _ON_THE_REPLY = re.compile(
 def works_on_the_reply(text: str) -> bool:
     """Does the turn ask for something done to the last reply (another example, a shorter one)?"""
     return bool(_ON_THE_REPLY.search(text.lower()))
+
+
+def stands_alone(text: str) -> bool:
+    """Does the turn name what it asks about, so that it asks the same after any other turns?
+    Looser than not ``context_dependent`` for Chinese, whose short questions often name everything
+    ("说一个关于蜜蜂的冷知识"): only a pointer to the context, a follow-up's opening, work on the
+    last reply or a turn of a few words leans on what came before."""
+    lowered = text.strip().lower()
+    if lowered.startswith(_FOLLOWUP_START) or works_on_the_reply(lowered):
+        return False
+    if _CJK.search(lowered):
+        return len(_CJK.findall(lowered)) >= STANDALONE_CJK_CHARS and not any(a in lowered for a in _ANAPHORA_ZH)
+    words = _EN_WORD.findall(lowered)
+    return len(words) >= STANDALONE_EN_WORDS and not any(w in _ANAPHORA_EN for w in words)
 
 
 def _pointer(word: str) -> bool:

@@ -12,6 +12,7 @@ from proxy.core.text.lexical import (
     reordered,
     restates,
     spans_swapped,
+    stands_alone,
     statements,
     tokens,
     transposed,
@@ -306,3 +307,21 @@ def test_an_earlier_question_asked_again_restates_nothing() -> None:
 )
 def test_a_turn_that_works_on_the_last_reply_is_told_from_a_question_of_its_own(text: str, on_reply: bool) -> None:
     assert works_on_the_reply(text) is on_reply
+
+
+@pytest.mark.parametrize(
+    ("text", "alone"),
+    [
+        ("说一个关于蜜蜂的冷知识", True),  # short, yet names all it asks
+        ("Why do we yawn?", True),
+        ("Tell me a joke about pirates.", True),
+        ("能举个具体的例子吗", False),  # works on the last reply
+        ("can you make that shorter?", False),
+        ("What about Paris?", False),  # a follow-up's opening
+        ("那家酒店的早餐怎么样", False),  # points at the context
+        ("Is it far?", False),
+        ("好无聊", False),  # too few to name anything
+    ],
+)
+def test_stands_alone(text: str, alone: bool) -> None:
+    assert stands_alone(text) is alone
