@@ -313,6 +313,7 @@ class Reply:
     status: str = ""
     reason: str = ""
     intent: str = ""
+    score: float | None = None  # the best candidate's, where the proxy's decision read one
 
 
 class Asker:
@@ -342,10 +343,11 @@ class Asker:
             status, reason, intent = (
                 h.get(k, "") for k in ("x-cache-status", "x-smartcache-reason", "x-smartcache-intent")
             )
+            score = float(h["x-smartcache-score"]) if "x-smartcache-score" in h else None
         text = data["choices"][0]["message"]["content"] or ""
         if self.system == "exact_prefix":
             self.exact[key] = text
-        return Reply(text, status == "hit", status, reason, intent)
+        return Reply(text, status == "hit", status, reason, intent, score)
 
 
 @dataclass(frozen=True)
@@ -502,6 +504,7 @@ def write_trace(path: Path, plan: Plan, runs: Mapping[str, Mapping[str, Any]]) -
                     "status": o.reply.status,
                     "reason": o.reply.reason,
                     "intent": o.reply.intent,
+                    "score": o.reply.score,
                     "ms": round(o.latency_s * 1000, 1),
                 }
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
