@@ -356,6 +356,7 @@ class Reason(StrEnum):
     ASKED_AGAIN = "asked_again"  # the session's previous turn in its own words: another answer is wanted
     OTHER_NAMES = "other_names"  # a capitalised name one turn has and the other does not
     OTHER_LANGUAGE = "other_language"  # asked in Chinese, answered for English (or the other way)
+    OTHER_OPERATORS = "other_operators"  # "==" against "-=": symbols an embedding does not read
     CANDIDATE_ZONE = "candidate_zone"
     NO_DIRECT_HIT = "no_direct_hit"
     VERIFIER_UNAVAILABLE = "verifier_unavailable"

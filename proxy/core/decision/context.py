@@ -31,6 +31,7 @@ from proxy.core.text.language import languages_differ
 from proxy.core.text.lexical import context_dependent, reordered, text_similarity, works_on_the_reply
 from proxy.core.text.names import names_differ
 from proxy.core.text.normalize import fold_space
+from proxy.core.text.symbols import operators_differ
 
 T = TypeVar("T")
 
@@ -127,6 +128,8 @@ def lexical_guard(
     if languages_differ(asked or sig.current_text, theirs or tags.question):
         # the answer is in the other language: whatever a multilingual reader makes of the meanings
         return Reason.OTHER_LANGUAGE
+    if operators_differ(asked or sig.current_text, theirs or tags.question):
+        return Reason.OTHER_OPERATORS
     if (
         cand.same_session
         and cand.turn_gap == 1

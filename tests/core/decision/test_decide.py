@@ -265,6 +265,16 @@ CASES = [
         sig=make_sig("推荐一部好看的喜剧电影", question_raw="推荐一部好看的喜剧电影"),
     ),
     Case(
+        Reason.OTHER_OPERATORS,
+        Status.HALF_HIT,
+        # one sentence to the embedding: only the operators differ
+        [make_candidate(0.98, make_record("What is the difference between '-' and '-=' in C++?"))],
+        sig=make_sig(
+            "what is the difference between == and = in c++",
+            question_raw="What is the difference between == and = in C++?",
+        ),
+    ),
+    Case(
         Reason.COURTESY_VARIANT,
         Status.HIT,
         # below the floor, named another intent, under an intent that serves no judged hit: none
