@@ -46,6 +46,7 @@ _OPTIONAL_DEFAULTS = (
     "judge_floor",
     "judge_deadline_ms",
     "judge_verify",
+    "judge_near",
     "max_error",
     "audit_rate",
     "labels_per_user",
@@ -70,6 +71,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "judge_floor": None,
         "judge_deadline_ms": 800,
         "judge_verify": None,
+        "judge_near": None,
         "max_error": None,
         "audit_rate": 0.05,
         "labels_per_user": 50,
@@ -139,6 +141,10 @@ class IntentPolicy:
     # verifier reads the nearest `verify_top` of them first, and only those it scores at least this
     # reach the judge, in its order
     judge_verify: float | None = None
+    # None: the verifier's level alone admits. A similarity: a candidate whose current turn is at
+    # least this near the request's (the question cosine) reaches the judge whatever the verifier
+    # scored it, after those it scored at least judge_verify: rewordings it reads as another question
+    judge_near: float | None = None
     # None: every gray-zone request the judge would read is asked. A rate: where this tenant's labels
     # (verdicts, answer agreement, corrections) bound the wrong answers above a verifier level under
     # it, requests above that level are served without asking (docs/architecture.md, "Learned levels")

@@ -32,6 +32,7 @@ COLUMNS: Final[Mapping[str, str]] = {
     "judge_top": "judge",
     "judge_floor": "judge",
     "judge_verify": "judge",
+    "judge_near": "judge",
     "judge_deadline_ms": "judge",
     "max_error": "judge",
     "audit_rate": "judge",
@@ -85,14 +86,17 @@ def _table_row(intent: IntentPolicy) -> dict[str, str]:
 
 
 def _judge(intent: IntentPolicy) -> str:
-    """``race ≥0.7 top 2 v≥0.9 800ms learn≤0.005 audit 0.05 50/user``: the mode, the score floor,
-    how many it reads, the verifier's level before it, a race's deadline, and the learned levels'
-    error target, audit share and labels per user."""
+    """``race ≥0.7 top 2 v≥0.9 or q≥0.85 800ms learn≤0.005 audit 0.05 50/user``: the mode, the
+    score floor, how many it reads, the verifier's level before it (or the question similarity that
+    admits without it), a race's deadline, and the learned levels' error target, audit share and
+    labels per user."""
     if not intent.judges:
         return "off"
     parts = [intent.judge, f"≥{_threshold(intent.judge_score_floor)}", f"top {intent.judge_top}"]
     if intent.judge_verify is not None:
         parts.append(f"v≥{_threshold(intent.judge_verify)}")
+        if intent.judge_near is not None:
+            parts.append(f"or q≥{_threshold(intent.judge_near)}")
     if intent.judge == "race":
         parts.append(f"{intent.judge_deadline_ms}ms")
     if intent.max_error is not None:

@@ -87,13 +87,20 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
 
 def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy: IntentPolicy) -> AskJudge:
     """The local verifier ranks and filters what the judge reads (``judge_verify``): a candidate it
-    scores below the level, or did not score (busy, failed), is not worth a call; the rest go in
-    its order, the best ``judge_top``."""
+    scores below the level is not worth a call, unless its current turn is as near the request's as
+    ``judge_near`` says (the verifier reads many rewordings as other questions: "非洲最高的山是哪座？"
+    / "非洲的最高峰叫什么" at 0.04); one it did not score (busy, failed) never is. The rest go in its
+    order, those it admitted first, the best ``judge_top``."""
     if policy.judge_verify is None:
         return ask
-    level = policy.judge_verify
-    kept = [c for c in ask.candidates if probabilities.get(c.record.cache_id, -1.0) >= level]
-    kept.sort(key=lambda c: -probabilities[c.record.cache_id])
+    level, near = policy.judge_verify, policy.judge_near
+
+    def admitted(c: Candidate) -> bool:
+        p = probabilities.get(c.record.cache_id)
+        return p is not None and (p >= level or (near is not None and c.question_similarity >= near))
+
+    kept = [c for c in ask.candidates if admitted(c)]
+    kept.sort(key=lambda c: (probabilities[c.record.cache_id] < level, -probabilities[c.record.cache_id]))
     chosen = tuple(kept[: policy.judge_top])
     return replace(
         ask, candidates=chosen, probabilities={c.record.cache_id: probabilities[c.record.cache_id] for c in chosen}

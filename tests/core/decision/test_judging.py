@@ -146,6 +146,28 @@ def test_the_verifier_ranks_and_filters_what_the_judge_reads() -> None:
     assert not ranked_by_verifier(ask, {}, policy)
 
 
+def test_a_near_question_reaches_the_judge_after_those_the_verifier_admitted() -> None:
+    """``judge_near``: a rewording the verifier reads as another question still goes to the judge
+    where the current turns are that near, behind every candidate the verifier admitted; one the
+    verifier did not score never does."""
+    policy = dataclasses.replace(JUDGING, judge_verify=0.5, judge_near=0.85, verify_top=4, judge_top=2)
+    sims = (0.9, 0.8, 0.95, 0.6)  # the current turns' similarity
+    cands = [Candidate(make_record(cache_id=f"sc-{i}"), 0.8, q) for i, q in enumerate(sims)]
+    sig = make_sig()
+    ask = ask_judge(DecisionContext(cands, sig, policy), decide(cands, sig, policy))
+    assert len(ask.candidates) == 4
+    ranked = ranked_by_verifier(ask, {"sc-0": 0.04, "sc-1": 0.1, "sc-2": 0.3, "sc-3": 0.7}, policy)
+    # sc-3 admitted by the verifier first; then the near ones in the verifier's order; sc-1 is not near
+    assert [c.record.cache_id for c in ranked.candidates] == ["sc-3", "sc-2"]
+    only_near = ranked_by_verifier(ask, {"sc-0": 0.04, "sc-1": 0.1}, policy)
+    assert [c.record.cache_id for c in only_near.candidates] == ["sc-0"]
+    # without judge_near the verifier's level alone admits
+    plain = dataclasses.replace(policy, judge_near=None)
+    assert [c.record.cache_id for c in ranked_by_verifier(ask, {"sc-0": 0.04, "sc-3": 0.7}, plain).candidates] == [
+        "sc-3"
+    ]
+
+
 def test_a_loose_reordering_is_the_judges_to_read_a_swap_is_not() -> None:
     reworded = make_record("what are the steps to reset the password of my account")
     sig = make_sig("how do I reset my account password")
