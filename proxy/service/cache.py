@@ -46,6 +46,9 @@ class Found:
 
     ready: list[Candidate]
     best_pending: float | None = None
+    # a turn that left its topic (``repeats_only``): the session's own earlier answers, which the
+    # decision does not read but the judge may (a question of an earlier topic asked again)
+    own: list[Candidate] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +204,8 @@ class SemanticCache:
         and, within the intent's ``repeats_widen_to``, the record of this very conversation asked in
         another session, whatever pool it was written to. ``repeats_only``: a turn that left its
         topic is judged on nothing but that record, or this very turn re-sent in its own session
-        with its courtesy framing edited (``same_request``)."""
+        with its courtesy framing edited (``same_request``); the session's other answers come back
+        apart, for the judge alone (``Found.own``)."""
         namespace = request.record_namespace  # the caller's, and the parameters that shape the answer
 
         def admit(label: int) -> bool:
@@ -232,7 +236,7 @@ class SemanticCache:
         now = self.clock()
         # the request's own max-age / ttl also bounds the age of what it is served, as in HTTP
         oldest = -float("inf") if request.controls.ttl is None else now - request.controls.ttl
-        ready, pending = [], []
+        ready, pending, earlier = [], [], []
         for at, (label, score) in enumerate(top):
             r = rows.get(label)
             if r is None or r.expires_at <= now or r.created_at < oldest:
@@ -249,11 +253,13 @@ class SemanticCache:
                 question = float(r.qvector_array() @ sig.question_vector)
                 cand = Candidate(r, score, question, same_session=same, turn_gap=gap)
                 if repeats_only and at < near and not same_request(sig, cand):
+                    if same:
+                        earlier.append(cand)
                     continue
                 ready.append(cand)
             elif r.state == "pending" and r.intent == sig.tags.intent:
                 pending.append(min(score, float(r.qvector_array() @ sig.question_vector)))
-        return Found(ready, max(pending, default=None))
+        return Found(ready, max(pending, default=None), earlier)
 
     async def nearest(
         self, vector: np.ndarray, who: Identity, widen_to: str, admit: Callable[[int], bool], want: Want
@@ -301,9 +307,12 @@ class SemanticCache:
         if decision.status is Status.MISS and decision.reason is Reason.VALIDATION_FAILED and decision.record:
             await self.store.add_feedback(decision.record.cache_id, NEGATIVE_FEEDBACK / 2)
         ask = None
-        if judge and not repeats_only and decision.status is not Status.HIT:
+        if judge and decision.status is not Status.HIT and (not repeats_only or found.own):
             refused = await self.verdicts.refused(who.tenant, sig.request_hash)
-            ask = ask_judge(ctx, decision, refused=refused)
+            # a turn that left its topic may return to an earlier one of its own session: the judge
+            # reads that conversation whole, so the session's own answers are its to judge
+            judged_in = DecisionContext(found.own, sig, policy) if repeats_only else ctx
+            ask = ask_judge(judged_in, decision, refused=refused)
         return Lookup(decision, found.best_pending, ask or None)
 
     async def _aliases_alive(self, found: Found) -> Found:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.core.decision.judging import AskJudge
 from proxy.core.identity import Identity
@@ -128,12 +128,15 @@ class Planner:
             stages["settle"] = stages.get("settle", 0.0) + time.perf_counter() - t
             t = time.perf_counter()
         # a turn that left its topic is signed without the history it left, so only the record of
-        # this very conversation, asked before in another session, may answer it
+        # this very conversation, asked before in another session, may answer it by the scores; the
+        # judge, which reads the conversation whole, may read the session's own earlier answers
         found = await self.cache.lookup(sig, req, who, policy, stages, repeats_only=switched, judge=judge)
         stages["index"] = time.perf_counter() - t - stages.get("decide", 0.0) - stages.get("verify", 0.0)
         decision = found.decision
         if switched and decision.status is not Status.HIT:
-            return Plan(Status.MISS, Reason.TOPIC_SWITCH, sig, policy)
+            standing = Decision(Status.MISS, Reason.TOPIC_SWITCH, score=decision.score)
+            ask = replace(found.ask, decision=standing) if found.ask is not None else None
+            return Plan(Status.MISS, Reason.TOPIC_SWITCH, sig, policy, None, ask)
         if decision.status is Status.MISS and pending_would_serve(
             found.best_pending, policy, better_than=decision.score
         ):

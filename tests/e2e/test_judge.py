@@ -180,7 +180,8 @@ async def test_a_yes_counts_only_for_a_candidate_the_verifier_keeps(
 ) -> None:
     """The judge reads the nearest candidate while the verifier ranks: where the verifier drops it,
     the judge's yes serves nothing and makes no alias, and no refusal is said or kept."""
-    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_verify=1.0), judge=True)
+    # no question similarity admits it either (judge_near)
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_verify=1.0, judge_near=None), judge=True)
     upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
     await chat(proxy.client(), ask(CAPITAL))
     assert await qualified(proxy)
@@ -191,3 +192,34 @@ async def test_a_yes_counts_only_for_a_candidate_the_verifier_keeps(
     records = [r async for r in proxy.app[keys.CACHE].store.iter_live()]
     assert [r.coarse_tags.alias_of for r in records] == [None]
     assert set(proxy.app[keys.CHAT].judging.decided.values()) == {0}
+
+
+async def test_a_question_of_an_earlier_topic_asked_again_is_the_judges_to_read(
+    judged_proxy: Proxy, upstream: Upstream
+) -> None:
+    """A turn that leaves the topic before it (a refund) for one the session had earlier (a joke):
+    the scores read nothing but this very conversation's records then, since its signature lost
+    the history it left; the judge, which reads the conversation whole, reads the session's own
+    earlier answers."""
+    joke, refund, joke_again = (
+        "Tell me a joke about pirates.",
+        "How long does a refund take to reach my bank card?",
+        "i need a pirates joke pls",
+    )
+    pirate = "Why couldn't the pirate play cards? He was standing on the deck."
+    upstream.script.answers = {joke: pirate, joke_again: pirate, refund: "Three to five working days."}
+    client = judged_proxy.client(**{"x-smartcache-session": "s-topics"})
+    history: list[dict[str, str]] = []
+    for text in (joke, refund):
+        status, answer, _ = await chat(client, ask(text, history))
+        assert status == "miss"
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+        assert await qualified(judged_proxy)
+    status, served, raw = await chat(client, ask(joke_again, history))
+    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", pirate, "judged")
+    assert len(upstream.script.judge_calls) == 1
+    # another session's conversation ending in the same turns: its history is not this one's
+    other = judged_proxy.client(**{"x-smartcache-session": "s-other"})
+    elsewhere = [{"role": "user", "content": refund}, {"role": "assistant", "content": "Three to five days."}]
+    status, _, _ = await chat(other, ask(joke_again, elsewhere))
+    assert status != "hit"
