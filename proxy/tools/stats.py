@@ -249,18 +249,19 @@ _LEARNED: Mapping[str, str] = {
 }
 
 
+def _counts_table(title: str, key: str, *numbers: str) -> Table:
+    """A table of one named row per key (left) and its figures (right)."""
+    table = Table(title=title)
+    table.add_column(key)
+    for col in numbers:
+        table.add_column(col, justify="right")
+    return table
+
+
 def learned_table(snap: Snapshot) -> Table:
     """Per intent: the labels the levels were fitted from, the lowest level in force and its bound,
     and the judge calls the levels saved."""
-    table = Table(title="Learned levels")
-    for col, justify in (
-        ("intent", "left"),
-        ("labels", "right"),
-        ("level in force", "right"),
-        ("bound", "right"),
-        ("judge calls saved", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = _counts_table("Learned levels", "intent", "labels", "level in force", "bound", "judge calls saved")
     for intent, values in sorted(snap.learned.items()):
         level, bound = values.get("level"), values.get("bound")
         table.add_row(
@@ -274,9 +275,7 @@ def learned_table(snap: Snapshot) -> Table:
 
 
 def stage_table(snap: Snapshot) -> Table:
-    table = Table(title="Stage timings")
-    for col, justify in (("stage", "left"), ("runs", "right"), ("mean ms", "right"), ("p95 ms", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = _counts_table("Stage timings", "stage", "runs", "mean ms", "p95 ms")
     for stage in STAGES:
         h = snap.stages.get(stage, Histogram())
         table.add_row(stage, f"{h.count:.0f}", _ms(h.mean), _ms(h.quantile(0.95)))
@@ -284,15 +283,7 @@ def stage_table(snap: Snapshot) -> Table:
 
 
 def latency_table(snap: Snapshot) -> Table:
-    table = Table(title="Latency by status")
-    for col, justify in (
-        ("status", "left"),
-        ("requests", "right"),
-        ("mean ms", "right"),
-        ("p50 ms", "right"),
-        ("p95 ms", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = _counts_table("Latency by status", "status", "requests", "mean ms", "p50 ms", "p95 ms")
     for status in STATUSES:
         h = snap.latency.get(status, Histogram())
         table.add_row(status, f"{h.count:.0f}", _ms(h.mean), _ms(h.quantile(0.5)), _ms(h.quantile(0.95)))
