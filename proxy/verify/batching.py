@@ -18,7 +18,7 @@ from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
 
-__all__ = ["BatchingVerifier", "VerifierBusy", "pair_of", "record_side", "request_side"]
+__all__ = ["BatchingVerifier", "VerifierBusy", "pairs_of", "record_side", "request_side"]
 
 Pair = tuple[PairSide, PairSide]
 
@@ -40,15 +40,21 @@ def record_side(record: Record) -> PairSide:
     )
 
 
-def pair_of(sig: Signature, cand: Candidate) -> Pair:
-    """The pair the verifier reads for a request and a candidate. A question the session asks
+def pairs_of(sig: Signature, candidates: Sequence[Candidate]) -> list[Pair]:
+    """The pairs the verifier reads for a request and its candidates. A question the session asks
     again after other turns is read alone, like the record's: the conversation moved on between
     them, so their sides' previous turns differ whatever the question means (the judge and the
     guards read what was said in between); a turn that leans on its context keeps it."""
-    ours, theirs = request_side(sig), record_side(cand.record)
-    if cand.same_session and (cand.turn_gap or 0) > 1 and stands_alone(ours.question) and stands_alone(theirs.question):
-        return PairSide(ours.question), PairSide(theirs.question)
-    return ours, theirs
+    ours = request_side(sig)
+    alone = stands_alone(ours.question)
+    pairs = []
+    for cand in candidates:
+        theirs = record_side(cand.record)
+        if alone and cand.same_session and (cand.turn_gap or 0) > 1 and stands_alone(theirs.question):
+            pairs.append((PairSide(ours.question), PairSide(theirs.question)))
+        else:
+            pairs.append((ours, theirs))
+    return pairs
 
 
 class BatchingVerifier(BatchedFront):
@@ -79,7 +85,7 @@ class BatchingVerifier(BatchedFront):
         """cache_id -> probability that the candidate's answer answers this request."""
         if not candidates:
             return {}
-        scores = await self.score([pair_of(sig, c) for c in candidates])
+        scores = await self.score(pairs_of(sig, candidates))
         return {c.record.cache_id: p for c, p in zip(candidates, scores, strict=True)}
 
     def _score(self, pairs: list[Pair]) -> list[float]:

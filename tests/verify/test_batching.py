@@ -14,7 +14,7 @@ import pytest
 from proxy.core.model import Candidate, CoarseTags, KeyFacts, Record, RecordTags, Signature
 from proxy.core.text.entities import Entities
 from proxy.verify import PairSide, Verifier
-from proxy.verify.batching import BatchingVerifier, VerifierBusy, pair_of, record_side, request_side
+from proxy.verify.batching import BatchingVerifier, VerifierBusy, pairs_of, record_side, request_side
 
 
 class FakeVerifier:
@@ -180,18 +180,20 @@ def test_a_question_asked_again_after_other_turns_is_read_alone() -> None:
         question_raw="说一个关于蜜蜂的冷知识", previous_question="怎么增强记忆力？", previous_reply_head="多睡觉"
     )
     earlier = record("bees", question_raw="讲点蜜蜂的小知识", previous_question="你好", previous_reply_head="你好！")
-    assert pair_of(sig, Candidate(earlier, 0.8, 0.8, same_session=True, turn_gap=3)) == (
+    assert pairs_of(sig, [Candidate(earlier, 0.8, 0.8, same_session=True, turn_gap=3)])[0] == (
         PairSide("说一个关于蜜蜂的冷知识"),
         PairSide("讲点蜜蜂的小知识"),
     )
     # the very next turn: the record's own exchange is the request's context
-    assert pair_of(sig, Candidate(earlier, 0.8, 0.8, same_session=True, turn_gap=1)) == (
+    assert pairs_of(sig, [Candidate(earlier, 0.8, 0.8, same_session=True, turn_gap=1)])[0] == (
         request_side(sig),
         record_side(earlier),
     )
     # another session's record: its context is another conversation's
-    assert pair_of(sig, Candidate(earlier, 0.8, 0.8))[0] == request_side(sig)
+    assert pairs_of(sig, [Candidate(earlier, 0.8, 0.8)])[0][0] == request_side(sig)
     # "give me an example" after other turns asks about whatever the last reply was
     leaning = signature(question_raw="能举个具体的例子吗", previous_question="二分查找是什么", previous_reply_head="…")
     example = record("ex", question_raw="能举个具体的例子吗", previous_question="快速排序是什么")
-    assert pair_of(leaning, Candidate(example, 0.9, 1.0, same_session=True, turn_gap=3))[1] == record_side(example)
+    assert pairs_of(leaning, [Candidate(example, 0.9, 1.0, same_session=True, turn_gap=3)])[0][1] == record_side(
+        example
+    )
