@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy.core.decision.context import asked_again
 from proxy.core.model import Candidate, Record, Signature
-from proxy.core.text.lexical import stands_alone
 from proxy.microbatch import BatchedFront, MicroBatcher, Overloaded
 from proxy.verify.protocol import Verifier
 from proxy.verify.sides import PairSide
@@ -46,11 +46,10 @@ def pairs_of(sig: Signature, candidates: Sequence[Candidate]) -> list[Pair]:
     them, so their sides' previous turns differ whatever the question means (the judge and the
     guards read what was said in between); a turn that leans on its context keeps it."""
     ours = request_side(sig)
-    alone = stands_alone(ours.question)
     pairs = []
     for cand in candidates:
         theirs = record_side(cand.record)
-        if alone and cand.same_session and (cand.turn_gap or 0) > 1 and stands_alone(theirs.question):
+        if asked_again(sig, cand):
             pairs.append((PairSide(ours.question), PairSide(theirs.question)))
         else:
             pairs.append((ours, theirs))

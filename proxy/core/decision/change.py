@@ -42,8 +42,13 @@ def new_entity_slots(candidate: Entities, request: Entities) -> list[str]:
         )
         if req - cand
     ]
-    # "推荐一款" is as often an article as a constraint: a lone count of one is not news
-    fresh = {n.slot for n in request.numbers if not (n.slot == "count" and n.value == 1)}
+    # "推荐一款" is as often an article as a constraint: a lone count of one is not news; nor is a
+    # figure the candidate named under another slot ("under 1500 dollars" a budget, "for 1500
+    # dollars" a price): the same amount, which the two wordings' parsers file apart
+    named = {(n.value, n.unit) for n in candidate.numbers}
+    fresh = {
+        n.slot for n in request.numbers if not (n.slot == "count" and n.value == 1) and (n.value, n.unit) not in named
+    }
     return slots + sorted(fresh - candidate.slots())
 
 
@@ -55,6 +60,7 @@ def detect_change(
     candidate_intent: str,
     request_intent: str,
     restated_turn: NormalText | None = None,
+    candidate_turn: NormalText | None = None,
     neighbours: Collection[str] = frozenset(),
 ) -> ChangeVerdict:
     """Classify the current turn against a candidate's context.
@@ -66,13 +72,16 @@ def detect_change(
     words the conversation already holds: a slot it fills names what the elliptical turn pointed
     at, so it is not news, and a change phrase it keeps from that turn ("What about Italian
     food?") was answered already, and neither is another intent the classifier gives the other
-    wording; a conflict or a phrase of its own still is news.
+    wording; a conflict or a phrase of its own still is news. A phrase the candidate's own turn
+    (``candidate_turn``) has too asked for that change there, so its answer made it ("蓝牙耳机可以
+    换成粉色的吗" / "蓝牙耳机想换成粉色…").
     """
     restated = restated_turn is not None
     phrases = change_signals(current_turn)
-    if restated_turn is not None:
-        kept = set(change_signals(restated_turn))
-        phrases = tuple(p for p in phrases if p not in kept)
+    for answered in (restated_turn, candidate_turn):
+        if answered is not None:
+            kept = set(change_signals(answered))
+            phrases = tuple(p for p in phrases if p not in kept)
     topic = tuple(s for s in phrases if s.startswith("topic_switch:"))
     if (
         not restated

@@ -26,9 +26,9 @@ from proxy.core.model import (
 )
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.courtesy import bare_question
-from proxy.core.text.entities import entities_conflict
+from proxy.core.text.entities import entities_conflict, extract_entities
 from proxy.core.text.language import languages_differ
-from proxy.core.text.lexical import context_dependent, reordered, text_similarity, works_on_the_reply
+from proxy.core.text.lexical import context_dependent, reordered, stands_alone, text_similarity, works_on_the_reply
 from proxy.core.text.names import names_differ
 from proxy.core.text.normalize import fold_space
 from proxy.core.text.symbols import operators_differ
@@ -80,6 +80,17 @@ def same_request(sig: Signature, cand: Candidate) -> bool:
     if tags.history != sig.history_key or tags.previous_reply != sig.previous_reply:
         return False
     return sig.question_bare == bare_question(theirs)
+
+
+def asked_again(sig: Signature, cand: Candidate) -> bool:
+    """Does the session ask a question of its own again, after other turns: both turns name what
+    they ask about (``stands_alone``), so each asks the same whatever came before it? Then the
+    turns are what to compare: the conversations around them moved on between the two, so their
+    vectors and their previous turns differ whatever the question means."""
+    if not cand.same_session or (cand.turn_gap or 0) <= 1:
+        return False
+    tags = cand.record.coarse_tags
+    return stands_alone(sig.question_raw or sig.current_text) and stands_alone(tags.question_raw or tags.question)
 
 
 def hard_filter(
@@ -284,14 +295,25 @@ class DecisionContext:
         )
 
     def _detect_change(self) -> ChangeVerdict:
-        tags = self.best.record.coarse_tags
+        sig, best = self.sig, self.best
+        tags = best.record.coarse_tags
+        theirs, ours = tags.entities, sig.tags.entities
+        again = asked_again(sig, best)
+        if again:
+            # both turns name what they ask about: what the turns in between pinned (another
+            # question's budget) is not a constraint of this one, so the turns' own are compared,
+            # and a change phrase both have is what both ask ("…换成粉色"), not a change to either's
+            # context (a "太长了" after "太长了" is one: it asks to shorten another reply)
+            theirs = extract_entities(tags.question, segmenter=sig.cuts)
+            ours = extract_entities(sig.current_text, segmenter=sig.cuts)
         return detect_change(
-            self.sig.current_text,
-            candidate_entities=tags.entities,
-            request_entities=self.sig.tags.entities,
+            sig.current_text,
+            candidate_entities=theirs,
+            request_entities=ours,
             candidate_intent=tags.intent,
-            request_intent=self.sig.tags.intent,
+            request_intent=sig.tags.intent,
             restated_turn=tags.question if self.restated else None,
+            candidate_turn=tags.question if again else None,
             neighbours=self.policy.neighbours,
         )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from proxy.core.decision.context import DecisionContext, lexical_guard
+from proxy.core.decision.context import DecisionContext, asked_again, lexical_guard
 from proxy.core.decision.decide import answer_validation, change_detection
 from proxy.core.model import Candidate, Decision, Reason, Status
 from proxy.core.policy import IntentPolicy
@@ -27,7 +27,11 @@ _Stage = Callable[[DecisionContext], Decision | None]
 
 
 def _judge_floor(ctx: DecisionContext) -> Decision | None:
-    if ctx.best.score < ctx.policy.judge_score_floor:
+    best = ctx.best
+    # a question the session asks again after other turns is held to its own words: the judge
+    # reads the conversation in between, which is what lowers the conversations' cosine
+    score = best.question_similarity if asked_again(ctx.sig, best) else best.score
+    if score < ctx.policy.judge_score_floor:
         return ctx.about_best(Status.MISS, Reason.BELOW_CANDIDATE, signals=False)
     return None
 

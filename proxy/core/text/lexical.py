@@ -305,8 +305,8 @@ def asked_before(current: str, earlier: Sequence[str], segmenter: Cutter | None 
 # after its answer, it asks for another ("Give me an example", "总结成一句话")
 _ON_THE_REPLY = re.compile(
     r"\b(?:examples?|another|more|shorter|simpler|longer|again|rephrase|summari[sz]e|expand|elaborate|"
-    r"in other words|one sentence|different)\b"
-    r"|例子|举个例|换一个|换个|再来|再说|多讲|详细|简单|简短|总结|概括|一句话|换种说法"
+    r"in other words|one sentence|different|too long|to the point|tl;?dr)\b"
+    r"|例子|举个例|换一个|换个|再来|再说|多讲|详细|简单|简短|总结|概括|一句话|换种说法|太长|说重点|精简"
 )
 
 

@@ -107,6 +107,33 @@ def test_a_restatement_names_what_was_pointed_at_without_changing_it() -> None:
     assert judge(turn, restated=True, candidate="帮我查一下明天去北京的高铁").signals == ("conflict:places",)
 
 
+def test_the_same_amount_filed_under_another_slot_is_not_news() -> None:
+    # "under 1500 dollars" parses as a budget, "for 1500 dollars" as a price: one amount
+    asked = "what's the best espresso machine i can get for 1500 dollars?"
+    assert verdict([asked], "Recommend a espresso machine under 1500 dollars.").kind is NO
+    assert verdict([asked], "Recommend a espresso machine under 1000 dollars.").kind is MOD
+    # another quantity with the same figure is still news
+    assert verdict(["a hotel in Rome for 3 nights"], "a hotel in Rome for 3 people").kind is MOD
+
+
+def test_a_change_phrase_the_candidates_own_turn_asked_was_answered() -> None:
+    asked, turn = "蓝牙耳机想换成粉色，需要自己出运费吗", "蓝牙耳机可以换成粉色的吗？"
+
+    def signals(candidate_turn: str | None) -> tuple[str, ...]:
+        return detect_change(
+            normalize_text(turn),
+            candidate_entities=extract_entities(normalize_text(asked)),
+            request_entities=extract_entities(normalize_text(turn)),
+            candidate_intent="x",
+            request_intent="x",
+            candidate_turn=None if candidate_turn is None else normalize_text(candidate_turn),
+        ).signals
+
+    assert signals(None) == ("modification:换成",)
+    assert signals(asked) == ()
+    assert signals("蓝牙耳机的运费谁出") == ("modification:换成",)
+
+
 def test_same_constraints_in_other_words_is_no_change() -> None:
     result = verdict(["推荐三款轻薄本，预算八千以内"], "8000以内的轻薄本，给我推荐3款")
     assert result.kind is NO, result.signals

@@ -11,7 +11,7 @@ from proxy.core.decision.decide import DecisionContext, decide
 from proxy.core.decision.judging import ask_judge, judged, ranked_by_verifier
 from proxy.core.model import Candidate, KeyFacts, Reason, RecordTags, Signature, Status
 from proxy.core.policy import IntentPolicy
-from proxy.core.text.entities import Entities
+from proxy.core.text.entities import Entities, NumericConstraint
 from tests.core.decision.test_decide import FIVE_TIPS, make_candidate, make_policy, make_record, make_sig
 
 JUDGING = make_policy(judge="race", judge_top=2, judge_floor=0.6)
@@ -198,3 +198,29 @@ def test_a_question_asked_again_after_other_turns_of_this_conversation_is_the_ju
     earlier = make_candidate(0.85, asked, same_session=True, turn_gap=3)
     assert decide([earlier], sig, JUDGING).reason is Reason.CONTEXT_MOVED
     assert ask_ids([earlier], sig=sig) == ["sc-1"]
+
+
+def test_a_question_asked_again_is_held_to_its_own_words_not_to_the_conversations_around_it() -> None:
+    # the turns in between pull the conversations' cosine far under the floor; the questions
+    # themselves are near, and the judge reads what was said in between
+    asked = make_record("I've always wondered why we yawn, can you explain?")
+    sig = make_sig("why do we yawn, can you explain?")
+    earlier = Candidate(asked, 0.1, 0.8, same_session=True, turn_gap=3)
+    assert ask_ids([earlier], sig=sig) == ["sc-1"]
+    # not a turn that leans on its context, nor another session's answer
+    assert ask_ids([earlier], sig=make_sig("why is that, can you explain?")) == []
+    assert ask_ids([dataclasses.replace(earlier, same_session=False, turn_gap=None)], sig=sig) == []
+    # the questions themselves must still be near
+    assert ask_ids([dataclasses.replace(earlier, question_similarity=0.5)], sig=sig) == []
+
+
+def test_a_question_asked_again_is_weighed_on_its_own_constraints_not_the_conversations() -> None:
+    # a budget another question of the session pinned is in force in the conversation, not in this
+    # question, which names what it asks about
+    budget = Entities(numbers=(NumericConstraint("budget", 300.0, "USD", "<="),))
+    asked = make_record("I've always wondered why we yawn, can you explain?")
+    sig = make_sig("why do we yawn, can you explain?", entities=budget)
+    earlier = Candidate(asked, 0.1, 0.8, same_session=True, turn_gap=3)
+    assert ask_ids([earlier], sig=sig) == ["sc-1"]
+    # the previous turn is compared with the conversation's constraints, as every other candidate
+    assert ask_ids([dataclasses.replace(earlier, view_similarity=0.8, turn_gap=1)], sig=sig) == []

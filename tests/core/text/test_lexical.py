@@ -301,6 +301,8 @@ def test_an_earlier_question_asked_again_restates_nothing() -> None:
         ("simpler please", True),
         ("总结成一句话", True),
         ("能多讲一些吗", True),
+        ("太长了，说重点", True),
+        ("too long, get to the point", True),
         ("What is the capital of France?", False),
         ("这个景点的门票是多少", False),
     ],
@@ -316,6 +318,7 @@ def test_a_turn_that_works_on_the_last_reply_is_told_from_a_question_of_its_own(
         ("Why do we yawn?", True),
         ("Tell me a joke about pirates.", True),
         ("能举个具体的例子吗", False),  # works on the last reply
+        ("太长了，说重点", False),
         ("can you make that shorter?", False),
         ("What about Paris?", False),  # a follow-up's opening
         ("那家酒店的早餐怎么样", False),  # points at the context
