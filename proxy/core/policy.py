@@ -47,6 +47,7 @@ _OPTIONAL_DEFAULTS = (
     "judge_deadline_ms",
     "judge_verify",
     "judge_near",
+    "judge_near_again",
     "max_error",
     "audit_rate",
     "labels_per_user",
@@ -72,6 +73,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "judge_deadline_ms": 800,
         "judge_verify": None,
         "judge_near": None,
+        "judge_near_again": None,
         "max_error": None,
         "audit_rate": 0.05,
         "labels_per_user": 50,
@@ -145,6 +147,10 @@ class IntentPolicy:
     # least this near the request's (the question cosine) reaches the judge whatever the verifier
     # scored it, after those it scored at least judge_verify: rewordings it reads as another question
     judge_near: float | None = None
+    # None: judge_near. A similarity: the same for a question the session asks again after other
+    # turns (both turns name what they ask about): within one conversation a rewording is far likelier
+    # the same question than another user's near wording is
+    judge_near_again: float | None = None
     # None: every gray-zone request the judge would read is asked. A rate: where this tenant's labels
     # (verdicts, answer agreement, corrections) bound the wrong answers above a verifier level under
     # it, requests above that level are served without asking (docs/architecture.md, "Learned levels")

@@ -33,6 +33,7 @@ COLUMNS: Final[Mapping[str, str]] = {
     "judge_floor": "judge",
     "judge_verify": "judge",
     "judge_near": "judge",
+    "judge_near_again": "judge",
     "judge_deadline_ms": "judge",
     "max_error": "judge",
     "audit_rate": "judge",
@@ -97,6 +98,8 @@ def _judge(intent: IntentPolicy) -> str:
         parts.append(f"v≥{_threshold(intent.judge_verify)}")
         if intent.judge_near is not None:
             parts.append(f"or q≥{_threshold(intent.judge_near)}")
+        if intent.judge_near_again is not None:
+            parts.append(f"asked again q≥{_threshold(intent.judge_near_again)}")
     if intent.judge == "race":
         parts.append(f"{intent.judge_deadline_ms}ms")
     if intent.max_error is not None:

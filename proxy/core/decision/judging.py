@@ -58,6 +58,7 @@ class AskJudge:
     candidates: tuple[Candidate, ...]
     decision: Decision
     probabilities: Mapping[str, float] = field(default_factory=dict)
+    again: frozenset[str] = frozenset()  # the records of questions the session asks again (``asked_again``)
 
     def __bool__(self) -> bool:
         return bool(self.candidates)
@@ -86,7 +87,8 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
         if alone.exact_repeat or any(net(alone) is not None for net in JUDGE_NETS):
             continue
         chosen.append(cand)
-    return AskJudge(tuple(chosen), decision)
+    again = frozenset(c.record.cache_id for c in chosen if asked_again(sig, c))
+    return AskJudge(tuple(chosen), decision, again=again)
 
 
 def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy: IntentPolicy) -> AskJudge:
@@ -94,13 +96,17 @@ def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy
     scores below the level is not worth a call, unless its current turn is as near the request's as
     ``judge_near`` says (the verifier reads many rewordings as other questions: "非洲最高的山是哪座？"
     / "非洲的最高峰叫什么" at 0.04); one it did not score (busy, failed) never is. The rest go in its
-    order, those it admitted first, the best ``judge_top``."""
+    order, those it admitted first, the best ``judge_top``. A question the session asks again is
+    held to ``judge_near_again`` where the policy sets it."""
     if policy.judge_verify is None:
         return ask
-    level, near = policy.judge_verify, policy.judge_near
+    level = policy.judge_verify
 
     def admitted(c: Candidate) -> bool:
         p = probabilities.get(c.record.cache_id)
+        near = policy.judge_near
+        if policy.judge_near_again is not None and c.record.cache_id in ask.again:
+            near = policy.judge_near_again
         return p is not None and (p >= level or (near is not None and c.question_similarity >= near))
 
     kept = [c for c in ask.candidates if admitted(c)]

@@ -224,3 +224,26 @@ def test_a_question_asked_again_is_weighed_on_its_own_constraints_not_the_conver
     assert ask_ids([earlier], sig=sig) == ["sc-1"]
     # the previous turn is compared with the conversation's constraints, as every other candidate
     assert ask_ids([dataclasses.replace(earlier, view_similarity=0.8, turn_gap=1)], sig=sig) == []
+
+
+def test_a_question_asked_again_reaches_the_judge_from_its_own_nearness() -> None:
+    """``judge_near_again``: within one conversation a rewording of an earlier question is read by
+    the judge from a lower cosine than another user's near wording, or the previous turn's."""
+    policy = dataclasses.replace(
+        JUDGING, judge_verify=0.5, judge_near=0.85, judge_near_again=0.7, verify_top=4, judge_top=2
+    )
+    asked = make_record("I've always wondered why we yawn, can you explain?", cache_id="sc-again")
+    other = make_record("I've always wondered why we yawn, can you explain?", cache_id="sc-other")
+    previous = make_record("I've always wondered why we yawn, can you explain?", cache_id="sc-previous")
+    sig = make_sig("what makes people yawn, can you explain?")
+    cands = [
+        Candidate(asked, 0.3, 0.75, same_session=True, turn_gap=3),
+        Candidate(other, 0.75, 0.75),
+        Candidate(previous, 0.75, 0.75, same_session=True, turn_gap=1),
+    ]
+    ask = ask_judge(DecisionContext(cands, sig, policy), decide(cands, sig, policy))
+    assert ask.again == {"sc-again"}
+    scores = {"sc-again": 0.1, "sc-other": 0.1, "sc-previous": 0.1}
+    assert [c.record.cache_id for c in ranked_by_verifier(ask, scores, policy).candidates] == ["sc-again"]
+    unset = dataclasses.replace(policy, judge_near_again=None)
+    assert not ranked_by_verifier(ask, scores, unset)
