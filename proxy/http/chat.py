@@ -222,8 +222,16 @@ class ChatService:
             assert plan.signature is not None and plan.policy is not None
             if race is not None:
                 await self._drop(race)
-            return await self._serve(http, req, who, out, plan.decision.record, plan.signature, plan.policy, dialect)
+            record = plan.decision.record
+            if (record.tenant, record.session) != (who.tenant, who.session) and plan.decision.stage != "judge":
+                # another conversation's answer (a judged one is kept as an alias already): the
+                # session keeps it as a turn of its own, so that asked again later it is found
+                self.settling.start(who, self._keep_own(record, req, who, plan))
+            return await self._serve(http, req, who, out, record, plan.signature, plan.policy, dialect)
         return await self._forward(http, req, who, out, plan, race, dialect)
+
+    async def _keep_own(self, record: Record, req: ChatRequest, who: Identity, plan: Plan) -> None:
+        await self.write_back.alias(record, req, who, plan, own=True)
 
     def _judge_ready(self, req: ChatRequest, http: web.Request) -> bool:
         """Is a judge that passed its exam standing by for this request's model (and is any intent

@@ -428,19 +428,22 @@ class SemanticCache:
         sig: Signature,
         policy: IntentPolicy,
         policy_version: str,
+        own: bool = False,
     ) -> Record | None:
         """The judge said ``original`` answers this wording: the wording becomes an alias of it, a
         record with its answer reached by this wording (an exact repeat) and its restatements,
-        never judged for another (``ask_judge``), in no wider pool and for no longer than it."""
-        if original.coarse_tags.alias_of is not None:
-            return None
+        judged for another only where the session asks it again (``ask_judge``), in no wider pool
+        and for no longer than it. ``own``: the session was served another conversation's answer,
+        and keeps it as its own turn, in the session's pool alone, so that a question it asks again
+        later finds it. An alias of an alias points at the record itself."""
+        root = original.coarse_tags.alias_of or original.cache_id
         record = new_record(
             request=request, who=who, sig=sig, policy=policy, policy_version=policy_version,
             answer=original.answer_text, key_facts=original.key_facts, now=self.clock(), ready_after=0.0, cut=False,
             usage={"prompt_tokens": original.prompt_tokens, "completion_tokens": original.completion_tokens},
         )  # fmt: skip
-        scope = min(record.scope, original.scope, key=SCOPES.index)
-        tags = replace(record.coarse_tags, alias_of=original.cache_id, cut_at=original.coarse_tags.cut_at)
+        scope = "session" if own else min(record.scope, original.scope, key=SCOPES.index)
+        tags = replace(record.coarse_tags, alias_of=root, cut_at=original.coarse_tags.cut_at)
         record = replace(record, scope=scope, coarse_tags=tags, expires_at=min(record.expires_at, original.expires_at))
         if record.expires_at <= self.clock():
             return None

@@ -83,9 +83,12 @@ class WriteBack:
             return Kept(failed=True)
         return Kept(record)
 
-    async def alias(self, original: Record, req: ChatRequest, who: Identity, plan: Plan) -> Record | None:
+    async def alias(
+        self, original: Record, req: ChatRequest, who: Identity, plan: Plan, *, own: bool = False
+    ) -> Record | None:
         """The judge said ``original`` answers this request: its wording becomes an alias of the
-        record, under the same rule as an answer written back (nothing for ``no_store``)."""
+        record, under the same rule as an answer written back (nothing for ``no_store``). ``own``:
+        the session was served another session's answer and keeps a copy of its own."""
         if plan.policy is None or plan.signature is None or req.controls.no_store:
             return None
         try:
@@ -96,6 +99,7 @@ class WriteBack:
                 sig=plan.signature,
                 policy=plan.policy,
                 policy_version=self.policy_box.policy.version,
+                own=own,
             )
         except Exception:  # a verdict is worth a record, never an error
             structlog.get_logger("smartcache").exception("store.alias_failed")

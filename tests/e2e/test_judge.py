@@ -223,3 +223,36 @@ async def test_a_question_of_an_earlier_topic_asked_again_is_the_judges_to_read(
     elsewhere = [{"role": "user", "content": refund}, {"role": "assistant", "content": "Three to five days."}]
     status, _, _ = await chat(other, ask(joke_again, elsewhere))
     assert status != "hit"
+
+
+async def test_an_answer_served_from_another_session_is_the_sessions_own_when_asked_again(
+    judged_proxy: Proxy, upstream: Upstream
+) -> None:
+    """A session served another conversation's answer (an exact repeat of its opening) keeps it as
+    a turn of its own: asked again in other words after other turns, the judge reads it, though
+    the other conversation's record, after another history, is not the judge's to read."""
+    joke, fact, joke_again = (
+        "Tell me a joke about pirates.",
+        "Tell me a fun fact about owls.",
+        "i need a pirates joke pls",
+    )
+    pirate = "Why couldn't the pirate play cards? He was standing on the deck."
+    upstream.script.answers = {joke: pirate, joke_again: pirate, fact: "Owls cannot move their eyes."}
+    status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-first"}), ask(joke))
+    assert status == "miss"
+    assert await qualified(judged_proxy)
+    client = judged_proxy.client(**{"x-smartcache-session": "s-second"})
+    history: list[dict[str, str]] = []
+    for text, expected in ((joke, "hit"), (fact, "miss")):
+        status, answer, _ = await chat(client, ask(text, history))
+        assert status == expected, text
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    status, served, raw = await chat(client, ask(joke_again, history))
+    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", pirate, "judged")
+    records = [r async for r in judged_proxy.app[keys.CACHE].store.iter_live()]
+    (original,) = [r for r in records if r.coarse_tags.question_raw == joke and r.session == "s-first"]
+    (own,) = [r for r in records if r.coarse_tags.question_raw == joke and r.session == "s-second"]
+    assert (own.coarse_tags.alias_of, own.scope, own.answer_text) == (original.cache_id, "session", pirate)
+    # the approved wording points at the record itself, never at the copy
+    (approved,) = [r for r in records if r.coarse_tags.question_raw == joke_again]
+    assert approved.coarse_tags.alias_of == original.cache_id

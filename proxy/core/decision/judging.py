@@ -7,8 +7,9 @@ A candidate reaches the judge only when every net that reads the request against
 hard filters (intent, entities), the judge's score floor, change detection, the lexical guards and
 answer validation. The accept zone and the verifier's level are what the judge replaces, so they
 are the only stages it skips. Never an exact repeat (decided without it), never an alias (a
-wording the judge approved answers its own wording only), never a record it already refused for
-this wording, and never where ``direct_hit: false`` serves nothing but exact repeats.
+wording the judge approved answers its own wording only) but the session's own, for a question it
+asks again; never a record it already refused for this wording, and never where ``direct_hit:
+false`` serves nothing but exact repeats.
 """
 
 from __future__ import annotations
@@ -79,7 +80,11 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
         if len(chosen) >= wanted:
             break
         record = cand.record
-        if record.coarse_tags.alias_of is not None or record.cache_id in refused:
+        if record.cache_id in refused:
+            continue
+        if record.coarse_tags.alias_of is not None and not asked_again(sig, cand):
+            # an alias answers the wording the judge approved; the session's own turn, asked
+            # again in other words, is the judge's to read against the answer itself
             continue
         if record.request_hash == sig.request_hash:
             continue  # this very wording after other turns: the guards' other_history, not a judge's question
