@@ -20,6 +20,9 @@ from tests.e2e.test_e2e_core import ask, chat
 CAPITAL = "What is the capital of France?"
 CAPITAL_REWORDED = "Which city is the capital of France?"
 PARIS = "The capital of France is Paris."
+# a question of chit-chat, the same in other words, and its answer
+JOKE, JOKE_AGAIN = "Tell me a joke about pirates.", "i need a pirates joke pls"
+PIRATE = "Why couldn't the pirate play cards? He was standing on the deck."
 
 
 def judging_policy(tmp_path: Path, **judge: Any) -> Path:
@@ -201,12 +204,8 @@ async def test_a_question_of_an_earlier_topic_asked_again_is_the_judges_to_read(
     the scores read nothing but this very conversation's records then, since its signature lost
     the history it left; the judge, which reads the conversation whole, reads the session's own
     earlier answers."""
-    joke, refund, joke_again = (
-        "Tell me a joke about pirates.",
-        "How long does a refund take to reach my bank card?",
-        "i need a pirates joke pls",
-    )
-    pirate = "Why couldn't the pirate play cards? He was standing on the deck."
+    joke, joke_again, pirate = JOKE, JOKE_AGAIN, PIRATE
+    refund = "How long does a refund take to reach my bank card?"
     upstream.script.answers = {joke: pirate, joke_again: pirate, refund: "Three to five working days."}
     client = judged_proxy.client(**{"x-smartcache-session": "s-topics"})
     history: list[dict[str, str]] = []
@@ -231,12 +230,8 @@ async def test_an_answer_served_from_another_session_is_the_sessions_own_when_as
     """A session served another conversation's answer (an exact repeat of its opening) keeps it as
     a turn of its own: asked again in other words after other turns, the judge reads it, though
     the other conversation's record, after another history, is not the judge's to read."""
-    joke, fact, joke_again = (
-        "Tell me a joke about pirates.",
-        "Tell me a fun fact about owls.",
-        "i need a pirates joke pls",
-    )
-    pirate = "Why couldn't the pirate play cards? He was standing on the deck."
+    joke, joke_again, pirate = JOKE, JOKE_AGAIN, PIRATE
+    fact = "Tell me a fun fact about owls."
     upstream.script.answers = {joke: pirate, joke_again: pirate, fact: "Owls cannot move their eyes."}
     status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-first"}), ask(joke))
     assert status == "miss"
