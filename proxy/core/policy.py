@@ -48,6 +48,7 @@ _OPTIONAL_DEFAULTS = (
     "judge_verify",
     "judge_near",
     "judge_near_again",
+    "judge_near_opening",
     "max_error",
     "audit_rate",
     "labels_per_user",
@@ -74,6 +75,7 @@ _BUILTIN: Mapping[str, Any] = MappingProxyType(
         "judge_verify": None,
         "judge_near": None,
         "judge_near_again": None,
+        "judge_near_opening": None,
         "max_error": None,
         "audit_rate": 0.05,
         "labels_per_user": 50,
@@ -151,6 +153,10 @@ class IntentPolicy:
     # turns (both turns name what they ask about): within one conversation a rewording is far likelier
     # the same question than another user's near wording is
     judge_near_again: float | None = None
+    # None: judge_near. A similarity: the same for another conversation's opening asked as the
+    # candidate's opening was (both first turns naming what they ask about): nothing came before
+    # either, so the turns are all there is to compare
+    judge_near_opening: float | None = None
     # None: every gray-zone request the judge would read is asked. A rate: where this tenant's labels
     # (verdicts, answer agreement, corrections) bound the wrong answers above a verifier level under
     # it, requests above that level are served without asking (docs/architecture.md, "Learned levels")

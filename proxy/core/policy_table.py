@@ -34,6 +34,7 @@ COLUMNS: Final[Mapping[str, str]] = {
     "judge_verify": "judge",
     "judge_near": "judge",
     "judge_near_again": "judge",
+    "judge_near_opening": "judge",
     "judge_deadline_ms": "judge",
     "max_error": "judge",
     "audit_rate": "judge",
@@ -100,6 +101,8 @@ def _judge(intent: IntentPolicy) -> str:
             parts.append(f"or q≥{_threshold(intent.judge_near)}")
         if intent.judge_near_again is not None:
             parts.append(f"asked again q≥{_threshold(intent.judge_near_again)}")
+        if intent.judge_near_opening is not None:
+            parts.append(f"opening q≥{_threshold(intent.judge_near_opening)}")
     if intent.judge == "race":
         parts.append(f"{intent.judge_deadline_ms}ms")
     if intent.max_error is not None:

@@ -135,6 +135,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "judge_verify": _as_probability,
         "judge_near": _as_optional_unit,
         "judge_near_again": _as_optional_unit,
+        "judge_near_opening": _as_optional_unit,
         "max_error": _as_error_rate,
         "audit_rate": _as_unit,
         "labels_per_user": _as_positive_int,

@@ -93,6 +93,16 @@ def asked_again(sig: Signature, cand: Candidate) -> bool:
     return stands_alone(sig.question_raw or sig.current_text) and stands_alone(tags.question_raw or tags.question)
 
 
+def opens_alike(sig: Signature, cand: Candidate) -> bool:
+    """Is the request another conversation's opening asking what the candidate's opening asked,
+    both naming what they ask about? Nothing came before either, so the turns are all there is to
+    compare."""
+    if cand.same_session or sig.turn_index != 1 or cand.record.coarse_tags.turn != 1:
+        return False
+    tags = cand.record.coarse_tags
+    return stands_alone(sig.question_raw or sig.current_text) and stands_alone(tags.question_raw or tags.question)
+
+
 def hard_filter(
     candidates: Sequence[Candidate], sig: Signature, *, neighbours: Collection[str] = frozenset()
 ) -> list[Filtered]:

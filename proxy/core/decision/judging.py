@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from proxy.core.decision.context import DecisionContext, asked_again, lexical_guard
+from proxy.core.decision.context import DecisionContext, asked_again, lexical_guard, opens_alike
 from proxy.core.decision.decide import answer_validation, change_detection
-from proxy.core.model import Candidate, Decision, Reason, Status
+from proxy.core.model import Candidate, Decision, Reason, Signature, Status
 from proxy.core.policy import IntentPolicy
 
 __all__ = ["AskJudge", "ask_judge", "judged", "ranked_by_verifier"]
@@ -59,7 +59,9 @@ class AskJudge:
     candidates: tuple[Candidate, ...]
     decision: Decision
     probabilities: Mapping[str, float] = field(default_factory=dict)
-    again: frozenset[str] = frozenset()  # the records of questions the session asks again (``asked_again``)
+    # the question similarity that admits a record the verifier scored low, where it is not
+    # ``judge_near``: a question asked again by the session, or another conversation's opening
+    near: Mapping[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.candidates)
@@ -92,8 +94,16 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
         if alone.exact_repeat or any(net(alone) is not None for net in JUDGE_NETS):
             continue
         chosen.append(cand)
-    again = frozenset(c.record.cache_id for c in chosen if asked_again(sig, c))
-    return AskJudge(tuple(chosen), decision, again=again)
+    near = {c.record.cache_id: level for c in chosen if (level := _near(policy, sig, c)) is not None}
+    return AskJudge(tuple(chosen), decision, near=near)
+
+
+def _near(policy: IntentPolicy, sig: Signature, cand: Candidate) -> float | None:
+    if policy.judge_near_again is not None and asked_again(sig, cand):
+        return policy.judge_near_again
+    if policy.judge_near_opening is not None and opens_alike(sig, cand):
+        return policy.judge_near_opening
+    return None
 
 
 def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy: IntentPolicy) -> AskJudge:
@@ -102,16 +112,15 @@ def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy
     ``judge_near`` says (the verifier reads many rewordings as other questions: "非洲最高的山是哪座？"
     / "非洲的最高峰叫什么" at 0.04); one it did not score (busy, failed) never is. The rest go in its
     order, those it admitted first, the best ``judge_top``. A question the session asks again is
-    held to ``judge_near_again`` where the policy sets it."""
+    held to ``judge_near_again``, another conversation's opening to ``judge_near_opening``, where
+    the policy sets them."""
     if policy.judge_verify is None:
         return ask
     level = policy.judge_verify
 
     def admitted(c: Candidate) -> bool:
         p = probabilities.get(c.record.cache_id)
-        near = policy.judge_near
-        if policy.judge_near_again is not None and c.record.cache_id in ask.again:
-            near = policy.judge_near_again
+        near = ask.near.get(c.record.cache_id, policy.judge_near)
         return p is not None and (p >= level or (near is not None and c.question_similarity >= near))
 
     kept = [c for c in ask.candidates if admitted(c)]

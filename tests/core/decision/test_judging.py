@@ -242,8 +242,30 @@ def test_a_question_asked_again_reaches_the_judge_from_its_own_nearness() -> Non
         Candidate(previous, 0.75, 0.75, same_session=True, turn_gap=1),
     ]
     ask = ask_judge(DecisionContext(cands, sig, policy), decide(cands, sig, policy))
-    assert ask.again == {"sc-again"}
+    assert ask.near == {"sc-again": 0.7}
     scores = {"sc-again": 0.1, "sc-other": 0.1, "sc-previous": 0.1}
     assert [c.record.cache_id for c in ranked_by_verifier(ask, scores, policy).candidates] == ["sc-again"]
     unset = dataclasses.replace(policy, judge_near_again=None)
-    assert not ranked_by_verifier(ask, scores, unset)
+    assert not ranked_by_verifier(
+        ask_judge(DecisionContext(cands, sig, unset), decide(cands, sig, unset)), scores, unset
+    )
+
+
+def test_another_conversations_opening_reaches_the_judge_from_its_own_nearness() -> None:
+    """``judge_near_opening``: two openings, nothing before either, compared on their turns."""
+    policy = dataclasses.replace(
+        JUDGING, judge_verify=0.5, judge_near=0.85, judge_near_opening=0.7, verify_top=4, judge_top=2
+    )
+    opening = dataclasses.replace(
+        make_record("I've always wondered why we yawn, can you explain?"),
+        coarse_tags=dataclasses.replace(make_record().coarse_tags, question_raw="Why do we yawn at all?", turn=1),
+    )
+    cands = [Candidate(opening, 0.75, 0.75)]
+    scores = {"sc-1": 0.1}
+    first = make_sig("what makes people yawn, can you explain?", turn_index=1)
+    ask = ask_judge(DecisionContext(cands, first, policy), decide(cands, first, policy))
+    assert [c.record.cache_id for c in ranked_by_verifier(ask, scores, policy).candidates] == ["sc-1"]
+    # a later turn is not an opening: judge_near holds it
+    later = make_sig("what makes people yawn, can you explain?", turn_index=3)
+    ask = ask_judge(DecisionContext(cands, later, policy), decide(cands, later, policy))
+    assert ask.candidates and not ranked_by_verifier(ask, scores, policy)
