@@ -63,7 +63,7 @@ class Settings:
     policy: Path | None = None  # None: the shipped policy for the embedding pack (shipped_policy)
     embedding_model: str = "use-multilingual"
     model_home: Path | None = None  # model packs live in <model_home>/models; default: data_dir
-    embed_threads: int = 0  # 0: let ONNX Runtime decide
+    embed_threads: int = 0  # 0: half the cores (service.compose.model_threads)
     embed_max_batch: int = 32
     embed_max_wait_ms: float = 2.0
     # requests waiting for the embedder, and how long one waits; beyond either it is forwarded uncached
@@ -129,7 +129,7 @@ class Settings:
     # the pair verifier, loaded at start when an intent of the policy sets verify_accept (proxy/verify);
     # off: those intents serve no hits. Local files only, never a download.
     verify: bool = True
-    verify_threads: int = 0  # 0: let ONNX Runtime decide
+    verify_threads: int = 0  # 0: half the cores (service.compose.model_threads)
     verify_max_batch: int = 16
     verify_max_pending: int = 64  # verifications waiting; beyond it a lookup half-hits instead of queueing
     verify_timeout_ms: float = 1000.0  # 0: wait for every verdict (offline replay and calibration)

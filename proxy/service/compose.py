@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -75,8 +76,16 @@ def load_policy_for(s: Settings) -> Policy:
 
 async def load_backend(s: Settings) -> SyncEmbedder:
     return await asyncio.to_thread(
-        load_embedder, s.embedding_model, s.models_root, threads=s.embed_threads or None, auto_install=True
+        load_embedder, s.embedding_model, s.models_root, threads=s.embed_threads or model_threads(), auto_install=True
     )
+
+
+def model_threads() -> int:
+    """Threads for one model's runs when the settings leave it open: half the cores this process
+    may use, at least one. ONNX Runtime's own choice, every core for each run, takes them from the
+    event loop and the other model under load (bench_domains.py: a miss's overhead over no cache)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // 2)
 
 
 async def report_vector_search(shared: SharedRecordStore | None, s: Settings, metrics: Metrics) -> None:
@@ -113,7 +122,9 @@ async def load_pair_verifier(s: Settings, policy: Policy) -> Verifier:
     """The shipped verifier, its graph built now rather than on the first request; a policy that
     asks for verification and a verifier that cannot load fail the start, as a bad policy does."""
     try:
-        verifier = load_verifier(threads=s.verify_threads or None, cache_dir=s.models_root / "models" / "verifier")
+        verifier = load_verifier(
+            threads=s.verify_threads or model_threads(), cache_dir=s.models_root / "models" / "verifier"
+        )
         await asyncio.to_thread(verifier.warm)
     except VerifierError as exc:
         raise VerifierError(

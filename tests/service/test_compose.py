@@ -196,3 +196,11 @@ def test_the_verifier_loads_for_the_judge_only_where_the_judge_runs() -> None:
     assert wants_verifier(Settings(), policy)
     assert not wants_verifier(Settings(judge=False), policy)
     assert not wants_verifier(Settings(verify=False), policy)
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (16, 8)])
+def test_a_model_left_open_runs_on_half_the_cores_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, cores: int, threads: int
+) -> None:
+    monkeypatch.setattr(proxy.service.compose.os, "sched_getaffinity", lambda _pid: set(range(cores)), raising=False)
+    assert proxy.service.compose.model_threads() == threads
