@@ -40,7 +40,10 @@ oracle instead, which then only tags the engine's answers (slow on 2 cores: use 
 Timing. Users think 1.6-3.2 s between turns, and a request that repeats an earlier answer waits
 until that answer is 1.6 s old. SmartCache runs with a feedback window (``ready_after``) of 1 s
 instead of its default 60 s, so answers become reusable within the compressed think time; the
-sweeper then promotes every 0.25 s. Everything else is the shipped default: policies/default.yaml,
+sweeper then promotes every 0.25 s. The oracle stands for an engine that aborts a request its
+client drops (vLLM, SGLang, llama.cpp), which ``race_upstream: auto`` races for those flavours, so
+SmartCache races it (``race_upstream: on``): a request goes upstream while the cache decides, and a
+hit cancels it. Everything else is the shipped default: policies/default.yaml,
 the default embedding pack, the verifier as the proxy loads it (``debug_headers`` on, for the
 per-intent breakdown). The exact-prefix cache is a dict in this process keyed by the whole request
 body (model and every message, byte for byte), answered without a network hop: its hit latency is
@@ -404,6 +407,8 @@ async def smartcache_proxy(upstream: str, args: argparse.Namespace) -> AsyncIter
         "SMARTCACHE_MODEL_HOME": str(args.model_home),
         "SMARTCACHE_DEBUG_HEADERS": "true",
         "SMARTCACHE_UPSTREAM_TIMEOUT": "600",
+        # the oracle stands for an engine that aborts a dropped request (see the module's Timing)
+        "SMARTCACHE_RACE_UPSTREAM": "on",
         **({"SMARTCACHE_POLICY": str(args.policy)} if args.policy else {}),
     }
     work = Path(tempfile.mkdtemp(prefix="smartcache-domains-"))
@@ -598,7 +603,7 @@ def print_report(res: Mapping[str, Any]) -> None:
     print(
         f"Upstream: {res['upstream']}"
         + (f", {res['latency_model']}" if res["latency_model"] else "")
-        + f". SmartCache feedback window (ready_after) {res['ready_after_s']:g} s (default 60 s); "
+        + f". SmartCache feedback window (ready_after) {res['ready_after_s']:g} s (default 60 s), racing the upstream; "
         f"think time {res['think_s'][0]:g}-{res['think_s'][1]:g} s; {res['concurrency']} users at a time a system."
     )
     up = systems["smartcache"]["upstream"]
