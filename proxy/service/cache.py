@@ -296,7 +296,7 @@ class SemanticCache:
         """``judge``: a qualified judge may read what the decision does not serve (``ask_judge``);
         the command comes back unranked: the verifier ranks it (``ranked``) as the judge starts."""
         found = await self.candidates(sig, request, who, policy, repeats_only=repeats_only)
-        found = await self._aliases_alive(found)
+        found = await self._aliases_alive(found, policy)
         # one context throughout: what it judged to choose the verifier's pairs is not judged again
         ctx = DecisionContext(found.ready, sig, policy)
         verdicts = await self._verdicts(ctx, stages)
@@ -315,9 +315,10 @@ class SemanticCache:
             ask = ask_judge(judged_in, decision, refused=refused)
         return Lookup(decision, found.best_pending, ask or None)
 
-    async def _aliases_alive(self, found: Found) -> Found:
-        """An alias lives as long as the record it was approved for: one whose record was
-        invalidated, reset or expired is dropped (rare among candidates: a store read each)."""
+    async def _aliases_alive(self, found: Found, policy: IntentPolicy) -> Found:
+        """An alias lives as long as the record it was approved for, and stands as that record
+        does: one whose record was invalidated, reset, expired or penalised under the feedback
+        floor (a regenerate, a correction) is dropped (rare among candidates: a store read each)."""
         aliases = {c.record.coarse_tags.alias_of for c in found.ready if c.record.coarse_tags.alias_of}
         if not aliases:
             return found
@@ -326,7 +327,12 @@ class SemanticCache:
         for cache_id in aliases:
             assert cache_id is not None
             original = await self.store.get(cache_id)
-            if original is not None and original.state == RecordState.READY and original.expires_at > now:
+            if (
+                original is not None
+                and original.state == RecordState.READY
+                and original.expires_at > now
+                and original.feedback_score >= policy.feedback_floor
+            ):
                 alive.add(cache_id)
         ready = [c for c in found.ready if c.record.coarse_tags.alias_of in (None, *alive)]
         return replace(found, ready=ready)

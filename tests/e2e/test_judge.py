@@ -251,3 +251,25 @@ async def test_an_answer_served_from_another_session_is_the_sessions_own_when_as
     # the approved wording points at the record itself, never at the copy
     (approved,) = [r for r in records if r.coarse_tags.question_raw == joke_again]
     assert approved.coarse_tags.alias_of == original.cache_id
+
+
+async def test_an_alias_stands_as_its_record_does(judged_proxy: Proxy, upstream: Upstream) -> None:
+    """A record penalised under the feedback floor (a regenerate, a correction) takes its aliases
+    with it: the session's own copy of another conversation's answer is read no more (the flow of
+    the test above, which serves it)."""
+    fact = "Tell me a fun fact about owls."
+    upstream.script.answers = {JOKE: PIRATE, JOKE_AGAIN: PIRATE, fact: "Owls cannot move their eyes."}
+    status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-first"}), ask(JOKE))
+    assert status == "miss"
+    assert await qualified(judged_proxy)
+    client = judged_proxy.client(**{"x-smartcache-session": "s-second"})
+    history: list[dict[str, str]] = []
+    for text in (JOKE, fact):
+        _, answer, _ = await chat(client, ask(text, history))
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    store = judged_proxy.app[keys.CACHE].store
+    (original,) = [r async for r in store.iter_live() if r.session == "s-first"]
+    await store.add_feedback(original.cache_id, -5.0)
+    status, _, _ = await chat(client, ask(JOKE_AGAIN, history))
+    assert status != "hit"
+    assert upstream.script.judge_calls == []
