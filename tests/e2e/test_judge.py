@@ -224,32 +224,40 @@ async def test_a_question_of_an_earlier_topic_asked_again_is_the_judges_to_read(
     assert status != "hit"
 
 
+OWLS = "Tell me a fun fact about owls."
+
+
+async def served_elsewhere_then_asked_on(proxy: Proxy, upstream: Upstream) -> tuple[Any, list[dict[str, str]]]:
+    """Session s-first asks the joke; s-second opens with the same words (served s-first's answer,
+    an exact repeat), then asks about owls. Returns s-second's client and conversation."""
+    upstream.script.answers = {JOKE: PIRATE, JOKE_AGAIN: PIRATE, OWLS: "Owls cannot move their eyes."}
+    status, _, _ = await chat(proxy.client(**{"x-smartcache-session": "s-first"}), ask(JOKE))
+    assert status == "miss"
+    assert await qualified(proxy)
+    client = proxy.client(**{"x-smartcache-session": "s-second"})
+    history: list[dict[str, str]] = []
+    for text, expected in ((JOKE, "hit"), (OWLS, "miss")):
+        status, answer, _ = await chat(client, ask(text, history))
+        assert status == expected, text
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    return client, history
+
+
 async def test_an_answer_served_from_another_session_is_the_sessions_own_when_asked_again(
     judged_proxy: Proxy, upstream: Upstream
 ) -> None:
     """A session served another conversation's answer (an exact repeat of its opening) keeps it as
     a turn of its own: asked again in other words after other turns, the judge reads it, though
     the other conversation's record, after another history, is not the judge's to read."""
-    joke, joke_again, pirate = JOKE, JOKE_AGAIN, PIRATE
-    fact = "Tell me a fun fact about owls."
-    upstream.script.answers = {joke: pirate, joke_again: pirate, fact: "Owls cannot move their eyes."}
-    status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-first"}), ask(joke))
-    assert status == "miss"
-    assert await qualified(judged_proxy)
-    client = judged_proxy.client(**{"x-smartcache-session": "s-second"})
-    history: list[dict[str, str]] = []
-    for text, expected in ((joke, "hit"), (fact, "miss")):
-        status, answer, _ = await chat(client, ask(text, history))
-        assert status == expected, text
-        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
-    status, served, raw = await chat(client, ask(joke_again, history))
-    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", pirate, "judged")
+    client, history = await served_elsewhere_then_asked_on(judged_proxy, upstream)
+    status, served, raw = await chat(client, ask(JOKE_AGAIN, history))
+    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", PIRATE, "judged")
     records = [r async for r in judged_proxy.app[keys.CACHE].store.iter_live()]
-    (original,) = [r for r in records if r.coarse_tags.question_raw == joke and r.session == "s-first"]
-    (own,) = [r for r in records if r.coarse_tags.question_raw == joke and r.session == "s-second"]
-    assert (own.coarse_tags.alias_of, own.scope, own.answer_text) == (original.cache_id, "session", pirate)
+    (original,) = [r for r in records if r.coarse_tags.question_raw == JOKE and r.session == "s-first"]
+    (own,) = [r for r in records if r.coarse_tags.question_raw == JOKE and r.session == "s-second"]
+    assert (own.coarse_tags.alias_of, own.scope, own.answer_text) == (original.cache_id, "session", PIRATE)
     # the approved wording points at the record itself, never at the copy
-    (approved,) = [r for r in records if r.coarse_tags.question_raw == joke_again]
+    (approved,) = [r for r in records if r.coarse_tags.question_raw == JOKE_AGAIN]
     assert approved.coarse_tags.alias_of == original.cache_id
 
 
@@ -257,16 +265,7 @@ async def test_an_alias_stands_as_its_record_does(judged_proxy: Proxy, upstream:
     """A record penalised under the feedback floor (a regenerate, a correction) takes its aliases
     with it: the session's own copy of another conversation's answer is read no more (the flow of
     the test above, which serves it)."""
-    fact = "Tell me a fun fact about owls."
-    upstream.script.answers = {JOKE: PIRATE, JOKE_AGAIN: PIRATE, fact: "Owls cannot move their eyes."}
-    status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-first"}), ask(JOKE))
-    assert status == "miss"
-    assert await qualified(judged_proxy)
-    client = judged_proxy.client(**{"x-smartcache-session": "s-second"})
-    history: list[dict[str, str]] = []
-    for text in (JOKE, fact):
-        _, answer, _ = await chat(client, ask(text, history))
-        history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    client, history = await served_elsewhere_then_asked_on(judged_proxy, upstream)
     store = judged_proxy.app[keys.CACHE].store
     (original,) = [r async for r in store.iter_live() if r.session == "s-first"]
     await store.add_feedback(original.cache_id, -5.0)
