@@ -183,8 +183,9 @@ async def test_a_yes_counts_only_for_a_candidate_the_verifier_keeps(
 ) -> None:
     """The judge reads the nearest candidate while the verifier ranks: where the verifier drops it,
     the judge's yes serves nothing and makes no alias, and no refusal is said or kept."""
-    # no question similarity admits it either (judge_near)
-    proxy = await make_proxy(policy=judging_policy(tmp_path, judge_verify=1.0, judge_near=None), judge=True)
+    # no question similarity admits it either (judge_near, and an opening's judge_near_opening)
+    policy = judging_policy(tmp_path, judge_verify=1.0, judge_near=None, judge_near_again=None, judge_near_opening=None)
+    proxy = await make_proxy(policy=policy, judge=True)
     upstream.script.answers = {CAPITAL: PARIS, CAPITAL_REWORDED: PARIS}
     await chat(proxy.client(), ask(CAPITAL))
     assert await qualified(proxy)
