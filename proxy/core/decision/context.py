@@ -87,18 +87,18 @@ def asked_again(sig: Signature, cand: Candidate) -> bool:
     they ask about (``stands_alone``), so each asks the same whatever came before it? Then the
     turns are what to compare: the conversations around them moved on between the two, so their
     vectors and their previous turns differ whatever the question means."""
-    if not cand.same_session or (cand.turn_gap or 0) <= 1:
-        return False
-    tags = cand.record.coarse_tags
-    return stands_alone(sig.question_raw or sig.current_text) and stands_alone(tags.question_raw or tags.question)
+    return cand.same_session and (cand.turn_gap or 0) > 1 and _both_stand_alone(sig, cand)
 
 
 def opens_alike(sig: Signature, cand: Candidate) -> bool:
     """Is the request another conversation's opening asking what the candidate's opening asked,
     both naming what they ask about? Nothing came before either, so the turns are all there is to
     compare."""
-    if cand.same_session or sig.turn_index != 1 or cand.record.coarse_tags.turn != 1:
-        return False
+    first = sig.turn_index == 1 and cand.record.coarse_tags.turn == 1
+    return not cand.same_session and first and _both_stand_alone(sig, cand)
+
+
+def _both_stand_alone(sig: Signature, cand: Candidate) -> bool:
     tags = cand.record.coarse_tags
     return stands_alone(sig.question_raw or sig.current_text) and stands_alone(tags.question_raw or tags.question)
 
