@@ -309,6 +309,9 @@ class DecisionContext:
         tags = best.record.coarse_tags
         theirs, ours = tags.entities, sig.tags.entities
         again = asked_again(sig, best)
+        # two openings, each naming what it asks: the candidate's turn is all its context, so a
+        # change phrase both turns have ("不想要了可以退吗") is what both ask, as for a question asked again
+        alike = again or opens_alike(sig, best)
         if again:
             # both turns name what they ask about: what the turns in between pinned (another
             # question's budget) is not a constraint of this one, so the turns' own are compared,
@@ -323,7 +326,7 @@ class DecisionContext:
             candidate_intent=tags.intent,
             request_intent=sig.tags.intent,
             restated_turn=tags.question if self.restated else None,
-            candidate_turn=tags.question if again else None,
+            candidate_turn=tags.question if alike else None,
             neighbours=self.policy.neighbours,
         )
 

@@ -21,6 +21,7 @@ from proxy.core.decision.context import DecisionContext, asked_again, lexical_gu
 from proxy.core.decision.decide import answer_validation, change_detection
 from proxy.core.model import Candidate, Decision, Reason, Signature, Status
 from proxy.core.policy import IntentPolicy
+from proxy.core.text.slots import slot_swapped
 
 __all__ = ["AskJudge", "ask_judge", "judged", "ranked_by_verifier"]
 
@@ -62,6 +63,9 @@ class AskJudge:
     # the question similarity that admits a record the verifier scored low, where it is not
     # ``judge_near``: a question asked again by the session, or another conversation's opening
     near: Mapping[str, float] = field(default_factory=dict)
+    # records whose turn asks the request's frame about another subject (``slot_swapped``): never
+    # admitted on their turns' nearness alone
+    swapped: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.candidates)
@@ -95,7 +99,11 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
             continue
         chosen.append(cand)
     near = {c.record.cache_id: level for c in chosen if (level := _near(policy, sig, c)) is not None}
-    return AskJudge(tuple(chosen), decision, near=near)
+    # the normalised turns: "top five" and "top 5" name one subject
+    swapped = frozenset(
+        c.record.cache_id for c in chosen if slot_swapped(sig.current_text, c.record.coarse_tags.question, sig.cuts)
+    )
+    return AskJudge(tuple(chosen), decision, near=near, swapped=swapped)
 
 
 def _near(policy: IntentPolicy, sig: Signature, cand: Candidate) -> float | None:
@@ -113,7 +121,9 @@ def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy
     / "非洲的最高峰叫什么" at 0.04); one it did not score (busy, failed) never is. The rest go in its
     order, those it admitted first, the best ``judge_top``. A question the session asks again is
     held to ``judge_near_again``, another conversation's opening to ``judge_near_opening``, where
-    the policy sets them."""
+    the policy sets them. Nearness never admits a turn that asks the request's frame about another
+    subject ("a fun fact about koalas" / "...about sharks"): the vectors barely move, and that is
+    where the judge's false yes gather; only the verifier's level does."""
     if policy.judge_verify is None:
         return ask
     level = policy.judge_verify
@@ -121,7 +131,8 @@ def ranked_by_verifier(ask: AskJudge, probabilities: Mapping[str, float], policy
     def admitted(c: Candidate) -> bool:
         p = probabilities.get(c.record.cache_id)
         near = ask.near.get(c.record.cache_id, policy.judge_near)
-        return p is not None and (p >= level or (near is not None and c.question_similarity >= near))
+        close = near is not None and c.question_similarity >= near and c.record.cache_id not in ask.swapped
+        return p is not None and (p >= level or close)
 
     kept = [c for c in ask.candidates if admitted(c)]
     kept.sort(key=lambda c: (probabilities[c.record.cache_id] < level, -probabilities[c.record.cache_id]))

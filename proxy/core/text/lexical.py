@@ -58,6 +58,9 @@ _ANAPHORA_ZH = (
     "那就",
     "那么",
 )
+# replies to the last turn where they open one ("可以，那就订这家"); within a question they are its
+# own words ("不想要了可以退吗")
+_REPLIES_ZH = frozenset(("好的", "可以", "是的", "不用"))
 # Short turns name too little to stand alone ("景点的周边有哪些酒店啊？" means the attraction under
 # discussion). 12 characters separate most CrossWOZ follow-ups; English turns of 4 words or fewer
 # ("Yes, please.", "I don't care.") or with pronouns depend on the last reply.
@@ -324,7 +327,9 @@ def stands_alone(text: str) -> bool:
     if lowered.startswith(_FOLLOWUP_START) or works_on_the_reply(lowered):
         return False
     if _CJK.search(lowered):
-        return len(_CJK.findall(lowered)) >= STANDALONE_CJK_CHARS and not any(a in lowered for a in _ANAPHORA_ZH)
+        return len(_CJK.findall(lowered)) >= STANDALONE_CJK_CHARS and not any(
+            a in lowered and (a not in _REPLIES_ZH or lowered.startswith(a)) for a in _ANAPHORA_ZH
+        )
     words = _EN_WORD.findall(lowered)
     return len(words) >= STANDALONE_EN_WORDS and not any(w in _ANAPHORA_EN for w in words)
 

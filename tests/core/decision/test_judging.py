@@ -9,7 +9,7 @@ import pytest
 
 from proxy.core.decision.decide import DecisionContext, decide
 from proxy.core.decision.judging import ask_judge, judged, ranked_by_verifier
-from proxy.core.model import Candidate, KeyFacts, Reason, RecordTags, Signature, Status
+from proxy.core.model import Candidate, KeyFacts, Reason, Record, RecordTags, Signature, Status
 from proxy.core.policy import IntentPolicy
 from proxy.core.text.entities import Entities, NumericConstraint
 from tests.core.decision.test_decide import FIVE_TIPS, make_candidate, make_policy, make_record, make_sig
@@ -269,3 +269,40 @@ def test_another_conversations_opening_reaches_the_judge_from_its_own_nearness()
     later = make_sig("what makes people yawn, can you explain?", turn_index=3)
     ask = ask_judge(DecisionContext(cands, later, policy), decide(cands, later, policy))
     assert ask.candidates and not ranked_by_verifier(ask, scores, policy)
+
+
+def _opening(question: str, cache_id: str = "sc-1") -> Record:
+    record = make_record(question, cache_id=cache_id)
+    return dataclasses.replace(record, coarse_tags=dataclasses.replace(record.coarse_tags, turn=1))
+
+
+def test_a_turn_asking_its_frame_about_another_subject_needs_the_verifiers_level() -> None:
+    """Nearness admits a rewording the verifier read low, never a slot swapped ("a fun fact about
+    koalas" / "...about sharks"): there the judge's false yes gather."""
+    policy = dataclasses.replace(JUDGING, judge_verify=0.5, judge_near_opening=0.7, verify_top=4)
+    sig = make_sig("tell me a fun fact about sharks", turn_index=1)
+    swapped = Candidate(_opening("tell me a fun fact about koalas", "sc-koalas"), 0.8, 0.8)
+    reworded = Candidate(_opening("tell me something fun about sharks", "sc-sharks"), 0.75, 0.75)
+    ask = ask_judge(DecisionContext([swapped, reworded], sig, policy), decide([swapped, reworded], sig, policy))
+    assert ask.swapped == {"sc-koalas"}
+    low = {"sc-koalas": 0.1, "sc-sharks": 0.1}
+    assert [c.record.cache_id for c in ranked_by_verifier(ask, low, policy).candidates] == ["sc-sharks"]
+    # the verifier's own level still admits it: the judge then reads it
+    vouched = {"sc-koalas": 0.9, "sc-sharks": 0.1}
+    assert [c.record.cache_id for c in ranked_by_verifier(ask, vouched, policy).candidates] == [
+        "sc-koalas",
+        "sc-sharks",
+    ]
+
+
+def test_a_change_phrase_both_openings_ask_is_not_a_change_of_context() -> None:
+    """Two first turns asking the same ("不想要了可以退吗"): the phrase is what both ask, so the
+    judge reads the pair; asked after other turns, against another conversation's opening, it is
+    still a modification."""
+    question = "买的空气炸锅到手30天了，不想要了可以退吗"
+    record = _opening(question)
+    opening = make_sig(question, question_raw=question, turn_index=1)
+    cands = [Candidate(record, 0.75, 0.75)]
+    assert ask_ids(cands, sig=opening) == ["sc-1"]
+    later = make_sig(question, question_raw=question, turn_index=3)
+    assert decide([Candidate(record, 0.85, 0.85)], later, JUDGING).reason is Reason.MODIFIES_CONTEXT

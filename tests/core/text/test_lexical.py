@@ -324,6 +324,8 @@ def test_a_turn_that_works_on_the_last_reply_is_told_from_a_question_of_its_own(
         ("那家酒店的早餐怎么样", False),  # points at the context
         ("Is it far?", False),
         ("好无聊", False),  # too few to name anything
+        ("买的空气炸锅到手30天了，不想要了可以退吗", True),  # 可以 within a question is its own word
+        ("可以，那就订这家吧谢谢你", False),  # ...opening a turn, a reply to the last one
     ],
 )
 def test_stands_alone(text: str, alone: bool) -> None:
