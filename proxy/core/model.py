@@ -359,6 +359,8 @@ class Reason(StrEnum):
     OTHER_OPERATORS = "other_operators"  # "==" against "-=": symbols an embedding does not read
     CANDIDATE_ZONE = "candidate_zone"
     NO_DIRECT_HIT = "no_direct_hit"
+    # another session's answer, which the intent serves only on the judge's yes (``widen_by: judge``)
+    JUDGE_ONLY = "judge_only"
     VERIFIER_UNAVAILABLE = "verifier_unavailable"
     VERIFIER_REJECTED = "verifier_rejected"
     VALIDATION_FAILED = "validation_failed"

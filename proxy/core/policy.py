@@ -23,7 +23,7 @@ import yaml
 
 from proxy.core.errors import ConfigError
 from proxy.core.model import SCOPES, Scope
-from proxy.core.policy_values import CONVERTERS, BadValue, Check, JudgeMode, describe, type_name
+from proxy.core.policy_values import CONVERTERS, BadValue, Check, JudgeMode, WidenBy, describe, type_name
 from proxy.core.policy_yaml import strict_yaml, yaml_reason
 
 GENERAL = "general"
@@ -33,6 +33,7 @@ _INTENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _REQUIRED_DEFAULTS = ("cache", "accept", "candidate", "direct_hit", "validate", "ttl", "scope")
 _OPTIONAL_DEFAULTS = (
     "widen_to",
+    "widen_by",
     "global_safe",
     "feedback_floor",
     "prewarm",
@@ -61,6 +62,7 @@ _INTENT_ONLY = ("exemplars", "keywords", "force", "neighbours")
 _BUILTIN: Mapping[str, Any] = MappingProxyType(
     {
         "global_safe": False,
+        "widen_by": "scores",
         "feedback_floor": 0.0,
         "prewarm": False,
         "restatement": False,
@@ -124,6 +126,10 @@ class IntentPolicy:
     # served to a request the pair verifier reads as that turn asked again (a rewrite, a
     # paraphrase, a repeat) with at least this probability; every later net still runs
     verify_previous: float | None = None
+    # "scores": another session's record in the pools above serves as the session's own does.
+    # "judge": only on the judge's yes (an exact repeat aside), where the scores, set within
+    # sessions, cannot tell another user's near-miss apart ("rated 4.5 or more" / "4 or more")
+    widen_by: WidenBy = "scores"
     # how many of the nearest candidates above `candidate` the verifier reads (where verify_accept
     # is set); the one it scores highest that passes every net is served
     verify_top: int = 3

@@ -17,6 +17,8 @@ CHECKS: tuple[Check, ...] = get_args(Check)
 JudgeMode = Literal["off", "async", "race"]
 
 JUDGE_MODES: tuple[JudgeMode, ...] = get_args(JudgeMode)
+WidenBy = Literal["scores", "judge"]
+WIDEN_BY: tuple[WidenBy, ...] = get_args(WidenBy)
 
 
 class BadValue(ConfigError):
@@ -120,6 +122,7 @@ CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
         "ttl": _as_positive_int,
         "scope": _SCOPE,
         "widen_to": _SCOPE,
+        "widen_by": _choice(WIDEN_BY),
         "global_safe": _as_bool,
         "feedback_floor": _as_unit,
         "prewarm": _as_bool,

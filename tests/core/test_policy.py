@@ -112,22 +112,26 @@ def test_shipped_thresholds_are_calibrated_and_keep_the_risk_order(shipped: Poli
     for name in ("travel", "shopping"):
         intent = shipped.intents[name]
         assert intent.direct_hit and set(intent.validate) == {"budget", "dates", "counts", "entities"}
-    for name in ("code", "legal"):
-        intent = shipped.intents[name]
-        assert intent.accept >= 0.92 and not intent.direct_hit
+    legal, code = shipped.intents["legal"], shipped.intents["code"]
+    assert legal.accept >= 0.92 and not legal.direct_hit
+    # code is served by meaning, but only on the judge's word beyond its near-duplicates
+    assert code.accept >= 0.92 and code.direct_hit and code.judges and code.widen_by == "judge"
     for name in ("realtime", "medical"):
         intent = shipped.intents[name]
         assert not intent.cache and intent.force
 
 
 SHARED_BY_THE_TENANT = {"chitchat", "customer_support", "after_sales", "refund", "general", "shopping"}
+# shared with the tenant, but served from another session only on the judge's yes
+JUDGED_ACROSS = {"code"}
 
 
 def test_shipped_pools_widen_to_the_tenant_only_where_answers_do_not_depend_on_the_user(shipped: Policy) -> None:
     for intent in shipped.intents.values():
         assert intent.scope == "session" and not intent.global_safe
-        widened = intent.name in SHARED_BY_THE_TENANT
+        widened = intent.name in SHARED_BY_THE_TENANT | JUDGED_ACROSS
         assert intent.pools == (("session", "user", "tenant") if widened else ("session",)), intent.name
+        assert intent.widen_by == ("judge" if intent.name in JUDGED_ACROSS else "scores"), intent.name
         assert intent.repeats_widen_to == "tenant", intent.name  # the same conversation, byte for byte
 
 
@@ -184,7 +188,8 @@ def test_policy_table_has_a_row_per_intent_in_file_order(shipped: Policy) -> Non
     assert [row["intent"] for row in rows] == list(shipped.intents)
     by_name = {row["intent"]: row for row in rows}
     assert by_name["chitchat"]["pools"] == "session→user→tenant"
-    assert by_name["code"]["direct_hit"] == "no" and by_name["code"]["verify_accept"] == "-"
+    assert by_name["legal"]["direct_hit"] == "no" and by_name["legal"]["verify_accept"] == "-"
+    assert by_name["code"]["pools"] == "session→user→tenant (judged)"
     assert by_name["realtime"]["cache"] == "no" and by_name["realtime"]["accept"] == "-"
     assert by_name["logistics"]["ttl"] == "10m" and by_name["logistics"]["validate"] == "dates,counts,entities"
     assert by_name["travel"]["validate"] == "all" and by_name["chitchat"]["validate"] == "-"
@@ -346,6 +351,12 @@ BROKEN = [
         id="global-scope-without-global-safe",
     ),
     pytest.param(
+        set_path("intents.code.widen_by", "verifier"),
+        "intents.code.widen_by",
+        "not one of: scores, judge",
+        id="widen-by-unknown",
+    ),
+    pytest.param(
         set_path("defaults.repeats_widen_to", "global"),
         "defaults.repeats_widen_to",
         "not one of: session, user, tenant",
@@ -400,7 +411,7 @@ BROKEN = [
         id="neighbour-forced",
     ),
     pytest.param(
-        set_path("intents.general.neighbours", ["code"]),
+        set_path("intents.general.neighbours", ["legal"]),
         "intents.general.neighbours",
         "differ in direct_hit",
         id="neighbour-serving-otherwise",

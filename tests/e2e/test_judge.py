@@ -273,3 +273,41 @@ async def test_an_alias_stands_as_its_record_does(judged_proxy: Proxy, upstream:
     status, _, _ = await chat(client, ask(JOKE_AGAIN, history))
     assert status != "hit"
     assert upstream.script.judge_calls == []
+
+
+REVERSE = "Write a Python function to reverse a linked list."
+REVERSE_REWORDED = "python code that reverses a linked list?"
+REVERSED = (
+    "def reverse(head):\n    prev = None\n    while head:\n"
+    "        head.next, prev, head = prev, head, head.next\n    return prev"
+)
+
+
+async def test_a_code_answer_reaches_another_session_only_on_the_judges_yes(
+    judged_proxy: Proxy, upstream: Upstream
+) -> None:
+    """code shares its answers with the tenant ``widen_by: judge``: another session is served the
+    same conversation byte for byte, and a rewording once the judge has read the answer."""
+    upstream.script.answers = {REVERSE: REVERSED, REVERSE_REWORDED: REVERSED}
+    status, _, _ = await chat(judged_proxy.client(**{"x-smartcache-session": "s-a"}), ask(REVERSE))
+    assert status == "miss"
+    assert await qualified(judged_proxy)
+    status, served, raw = await chat(judged_proxy.client(**{"x-smartcache-session": "s-b"}), ask(REVERSE))
+    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", REVERSED, "exact_repeat")
+    assert upstream.script.judge_calls == []
+    status, served, raw = await chat(judged_proxy.client(**{"x-smartcache-session": "s-c"}), ask(REVERSE_REWORDED))
+    assert (status, served, raw.headers["x-cache-reason"]) == ("hit", REVERSED, "judged")
+    assert len(upstream.script.judge_calls) == 1
+
+
+async def test_without_a_judge_another_sessions_code_answer_serves_only_its_exact_repeat(
+    make_proxy: ProxyFactory, tmp_path: Path, upstream: Upstream
+) -> None:
+    proxy = await make_proxy(policy=judging_policy(tmp_path, judge="off"), judge=True)
+    upstream.script.answers = {REVERSE: REVERSED}
+    await chat(proxy.client(**{"x-smartcache-session": "s-a"}), ask(REVERSE))
+    # the same words in other case: the scores would serve it in s-a, not here
+    status, _, raw = await chat(proxy.client(**{"x-smartcache-session": "s-b"}), ask(REVERSE.upper()))
+    assert status != "hit" and raw.headers["x-cache-reason"] == "judge_only"
+    status, _, _ = await chat(proxy.client(**{"x-smartcache-session": "s-b"}), ask(REVERSE))
+    assert status == "hit"

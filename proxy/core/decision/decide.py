@@ -12,7 +12,8 @@ the decision (like structlog's processors). Pure: the verifier's probabilities c
 4. Lexical guards: pairs the embedding cannot be trusted on make a half-hit.
 5. Accept zone, or verification where the intent sets ``verify_accept``: below ``accept``, or
    a verifier probability below ``verify_accept``, only reuses the context upstream.
-6. ``direct_hit: false`` serves nothing but exact repeats; answer validation checks the cached
+6. ``widen_by: judge`` serves another session's record only on the judge's yes, and
+   ``direct_hit: false`` nothing but exact repeats; answer validation checks the cached
    answer's key facts against the request's constraints, and a failure never serves. Otherwise a
    hit.
 
@@ -122,6 +123,15 @@ def verification(ctx: DecisionContext) -> Decision | None:
     return ctx.about_best(Status.HALF_HIT, Reason.VERIFIER_REJECTED) if p < ctx.policy.verify_accept else None
 
 
+def other_session(ctx: DecisionContext) -> Decision | None:
+    # ``widen_by: judge``: the scores were set on sessions' own records; another user's near-miss
+    # scores as high, so only the judge, which reads the answer, serves one (ask_judge)
+    best = ctx.best
+    if ctx.policy.widen_by == "scores" or best.same_session or ctx.exact_repeat:
+        return None
+    return ctx.about_best(Status.HALF_HIT, Reason.JUDGE_ONLY, signals=False)
+
+
 def direct_hit(ctx: DecisionContext) -> Decision | None:
     # ``direct_hit: false`` distrusts judging by meaning, where one changed word is another answer
     # (code, legal); this very request asked again has nothing to judge
@@ -160,6 +170,7 @@ STAGES: tuple[Stage, ...] = (
     lexical_guards,
     accept_zone,
     verification,
+    other_session,
     direct_hit,
     answer_validation,
 )

@@ -196,6 +196,8 @@ CASES = [
     ),
     Case(Reason.CANDIDATE_ZONE, Status.HALF_HIT, [make_candidate(0.85)]),
     Case(Reason.NO_DIRECT_HIT, Status.HALF_HIT, [make_candidate()], policy=make_policy(direct_hit=False)),
+    # widen_by judge: another session's record serves only on the judge's yes
+    Case(Reason.JUDGE_ONLY, Status.HALF_HIT, [make_candidate()], policy=make_policy(widen_by="judge")),
     Case(
         Reason.VERIFIER_UNAVAILABLE,
         Status.HALF_HIT,
@@ -762,4 +764,13 @@ def test_a_courtesy_variant_comes_before_a_nearer_candidate_and_still_meets_answ
 
 def test_an_exact_repeat_is_served_where_the_intent_serves_no_judged_hit() -> None:
     d = decide([make_candidate(record=REPEAT)], make_sig(), make_policy(direct_hit=False))
+    assert (d.status, d.reason) == (Status.HIT, Reason.EXACT_REPEAT)
+
+
+def test_widen_by_judge_still_serves_the_sessions_own_records_and_exact_repeats() -> None:
+    judged_across = make_policy(widen_by="judge")
+    own = decide([make_candidate(same_session=True, turn_gap=1)], make_sig(), judged_across)
+    assert (own.status, own.reason) == (Status.HIT, Reason.ACCEPT)
+    repeat = make_candidate(1.0, make_record(request_hash="req"))
+    d = decide([repeat], make_sig(request_hash="req"), judged_across)
     assert (d.status, d.reason) == (Status.HIT, Reason.EXACT_REPEAT)
