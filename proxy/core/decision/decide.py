@@ -134,7 +134,7 @@ def other_session(ctx: DecisionContext) -> Decision | None:
 
 def direct_hit(ctx: DecisionContext) -> Decision | None:
     # ``direct_hit: false`` distrusts judging by meaning, where one changed word is another answer
-    # (code, legal); this very request asked again has nothing to judge
+    # (legal); this very request asked again has nothing to judge
     if ctx.policy.direct_hit or ctx.exact_repeat:
         return None
     return ctx.about_best(Status.HALF_HIT, Reason.NO_DIRECT_HIT, signals=False)

@@ -222,8 +222,19 @@ def _collapse_punctuation(text: str) -> str:
 # it is a pronoun as often as a number ("which one", "one of them").
 _EN_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 _EN_NUMBERS = {w: str(i) for i, w in enumerate(_EN_WORDS) if i != 1}
-_EN_NUMBERS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "hundred": "100"})
+_EN_TENS = {
+    w: 10 * (i + 2)
+    for i, w in enumerate(("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"))
+}
+_EN_NUMBERS.update({w: str(n) for w, n in _EN_TENS.items()} | {"hundred": "100"})
 _EN_NUMBER = re.compile(r"\b(" + "|".join(_EN_NUMBERS) + r")\b")
+# "forty-five" is 45, not "40-5"
+_EN_COMPOUND = re.compile(r"\b(" + "|".join(_EN_TENS) + r")[- ](" + "|".join(_EN_WORDS[1:10]) + r")\b")
+
+
+def _en_numbers(text: str) -> str:
+    text = _EN_COMPOUND.sub(lambda m: str(_EN_TENS[m.group(1)] + _EN_WORDS.index(m.group(2))), text)
+    return _EN_NUMBER.sub(lambda m: _EN_NUMBERS[m.group(1)], text)
 
 
 def normalize_text(text: str, *, segmenter: Cutter | None = None) -> NormalText:
@@ -241,7 +252,7 @@ def normalize_text(text: str, *, segmenter: Cutter | None = None) -> NormalText:
     text = _collapse_punctuation(text)
     text = _convert_chinese_numerals(text, segmenter)
     text = _convert_units(text)
-    text = _EN_NUMBER.sub(lambda m: _EN_NUMBERS[m.group(1)], text)
+    text = _en_numbers(text)
     return NormalText(_TRAILING_PUNCT.sub("", text))
 
 

@@ -69,6 +69,9 @@ def test_variants_normalise_to_the_same_string(a: str, b: str) -> None:
         pytest.param("8kg", "8kg", id="kilograms"),
         pytest.param("65w充电器", "65w充电器", id="watts-not-wan"),
         pytest.param("2w以内", "20000以内", id="w-before-ceiling"),
+        pytest.param("return it after forty-five days", "return it after 45 days", id="en-compound"),
+        pytest.param("twenty one tips", "21 tips", id="en-compound-spaced"),
+        pytest.param("ninety days", "90 days", id="en-tens"),
     ],
 )
 def test_numbers_and_units(text: str, expected: str) -> None:
