@@ -127,10 +127,10 @@ async def run_session(proxy: Proxy) -> list[Turn]:
         turns += [first, await ask(s1, "what is the tallest mountain in europe")]
         history = [{"role": "user", "content": FIRST_QUESTION}, {"role": "assistant", "content": first.content}]
         turns += [await ask(s1, "that's wrong", history)]
-        turns += [await ask(s1, "Write a python function to reverse a string")]
-        # a case change inside the turn is not framing (code names are case-sensitive): judged by
-        # meaning, where the code intent serves nothing
-        turns += [await ask(s1, "Write a Python function to reverse a string")]
+        turns += [await ask(s1, "What does the liability clause in this contract mean")]
+        # a case change inside the turn is not framing (names are case-sensitive): judged by
+        # meaning, where the legal intent serves nothing
+        turns += [await ask(s1, "What does the Liability clause in this Contract mean")]
         turns += [await ask(s1, "What is the weather in Paris today?")]
         turns += [await ask(s1, "Tell me a joke", n=2)]
         turns += [await ask(s2, "Give me three tips for sleeping better.")]
@@ -158,8 +158,8 @@ EXPECTED = [  # status header, metric status, intent (None: whatever the log lin
     ("miss", "miss", None, "no_candidate"),  # general or travel: the exemplars' call, not this test's
     ("hit", "hit", None, "accept"),
     ("miss", "miss", None, "correction"),
-    ("miss", "miss", "code", None),
-    ("half-hit", "half_hit", "code", "no_direct_hit"),
+    ("miss", "miss", "legal", None),
+    ("half-hit", "half_hit", "legal", "no_direct_hit"),
     ("bypass", "bypass", "realtime", "intent_disabled"),
     ("bypass", "bypass", "-", "n>1"),
     ("miss", "miss", None, None),
