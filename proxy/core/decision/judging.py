@@ -99,9 +99,13 @@ def ask_judge(ctx: DecisionContext, decision: Decision, *, refused: Collection[s
             continue
         chosen.append(cand)
     near = {c.record.cache_id: level for c in chosen if (level := _near(policy, sig, c)) is not None}
-    # the normalised turns: "top five" and "top 5" name one subject
+    # read only where nearness could admit the record, on the normalised turns ("top five" = "top 5")
     swapped = frozenset(
-        c.record.cache_id for c in chosen if slot_swapped(sig.current_text, c.record.coarse_tags.question, sig.cuts)
+        c.record.cache_id
+        for c in chosen
+        if (level := near.get(c.record.cache_id, policy.judge_near)) is not None
+        and c.question_similarity >= level
+        and slot_swapped(sig.current_text, c.record.coarse_tags.question, sig.cuts)
     )
     return AskJudge(tuple(chosen), decision, near=near, swapped=swapped)
 

@@ -29,7 +29,7 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_STOP = _words(
+STOPWORDS = _words(
     "a an the is are was were be to of in on at for and or do does did i you me my your it its this that "
     "please can could would will what which who how why when where 的 了 吗 呢 吧 啊 是 我 你 请 一下"
 )
@@ -72,12 +72,17 @@ STANDALONE_EN_WORDS = 3
 _FOLLOWUP_START = ("what about", "how about", "and ", "那", "还有", "再")
 
 
-def tokens(text: str, segmenter: Cutter | None = None) -> list[str]:
-    """Content tokens in order: jieba words for Chinese, words for the rest."""
+def words(text: str, segmenter: Cutter | None = None) -> list[str]:
+    """Every word in order, lower-cased: jieba words for Chinese, words for the rest."""
     if _CJK.search(text):
-        words = (segmenter or default_segmenter()).words(text)
-        return [w for w in (w.strip().lower() for w in words) if w and w not in _STOP and (w.isalnum())]
-    return [w for w in _EN_WORD.findall(text.lower()) if w not in _STOP]
+        cut = (segmenter or default_segmenter()).words(text)
+        return [w for w in (w.strip().lower() for w in cut) if w and w.isalnum()]
+    return _EN_WORD.findall(text.lower())
+
+
+def tokens(text: str, segmenter: Cutter | None = None) -> list[str]:
+    """Content tokens in order: ``words`` less the stop words."""
+    return [w for w in words(text, segmenter) if w not in STOPWORDS]
 
 
 def _discordant_fraction(order_a: Sequence[int], order_b: Sequence[int]) -> float:
@@ -225,12 +230,12 @@ def statements(text: str) -> str:
     return " ".join(s for s in sentences if not s.endswith(("?", "？")) or _asks_for_a_slot(s))
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def _token_set(text: str, segmenter: Cutter | None) -> set[str]:
-    return {_stem(w) for w in tokens(text, segmenter)}
+    return {stem(w) for w in tokens(text, segmenter)}
 
 
 # Words a restatement uses to attach what the elliptical turn pointed at ("the phone number *of*
@@ -292,7 +297,7 @@ def spelled_out(
     if asks_nothing(previous, segmenter) or not (names_nothing or context_dependent(previous, segmenter)):
         return set()
     before = {w for w in _token_set(previous, segmenter) if not _pointer(w)}
-    now = {_stem(w) for w in _worked_in(previous, current, segmenter) if not _pointer(_stem(w))}
+    now = {stem(w) for w in _worked_in(previous, current, segmenter) if not _pointer(stem(w))}
     return {w for w in now - before if w not in _ATTACHING_EN} if before and before <= now else set()
 
 

@@ -10,10 +10,10 @@ Words that only say how the question is put (怎么 / 如何, "best" / "easiest"
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from proxy.core.text.normalize import Cutter, default_segmenter
+from proxy.core.text.lexical import STOPWORDS, stem, words
+from proxy.core.text.normalize import Cutter
 
 # the longest span (in words) taken for one subject: past it the turns differ by more than a slot
 SLOT_MAX_WORDS = 6
@@ -21,35 +21,16 @@ SLOT_MAX_WORDS = 6
 FRAME_MIN_WORDS = 2
 FRAME_MIN_SHARE = 0.4
 
-_EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_CJK = re.compile(r"[\u3400-\u9fff]")
-
-
-def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
-# words that name no subject: how the question is put, and the grammar around it
-_NO_SUBJECT_WORDS = (
-    "a an the is are was were be to of in on at for and or do does did i you me my your it its "
-    "this that please can could would will what which who how why when where should "
-    "way ways best good better easy easiest simple simply quick quickly fast faster quicker "
+# words that name no subject: the grammar (the stop words), and how the question is put
+_HOW_PUT = (
+    "should way ways best good better easy easiest simple simply quick quickly fast faster quicker "
     "tips tip advice help need want get make know tell explain give show really actually just "
     "much many long exactly possible any some there kind sort we us people someone one "
     "recommend suggest suggestion idea option "
     "怎么 如何 怎样 咋 怎么样 怎么办 什么 啥 哪些 哪个 哪里 为什么 为啥 有没有 能不能 可不可以 可以 能 会 "
-    "要 需要 应该 一般 大概 多久 多长时间 几天 办法 方法 技巧 建议 推荐 好 最好 快 快速 简单 到底 呢 一下 "
-    "的 了 吗 吧 啊 是 我 你 请 帮 帮我 给 一个 个"
+    "要 需要 应该 一般 大概 多久 多长时间 几天 办法 方法 技巧 建议 推荐 好 最好 快 快速 简单 到底 帮 帮我 给 一个 个"
 )
-_NO_SUBJECT = frozenset(_stem(w) for w in _NO_SUBJECT_WORDS.split())
-
-
-def _words(text: str, segmenter: Cutter | None) -> list[str]:
-    """Every word in order, the grammar's included, so that a frame of them is seen whole."""
-    if _CJK.search(text):
-        words = (segmenter or default_segmenter()).words(text)
-        return [_stem(w) for w in (w.strip().lower() for w in words) if w and w.isalnum()]
-    return [_stem(w) for w in _EN_WORD.findall(text.lower())]
+_NO_SUBJECT = frozenset(stem(w) for w in (*STOPWORDS, *_HOW_PUT.split()))
 
 
 def _frame(ta: Sequence[str], tb: Sequence[str]) -> tuple[int, int]:
@@ -67,7 +48,8 @@ def _frame(ta: Sequence[str], tb: Sequence[str]) -> tuple[int, int]:
 def slot_swapped(a: str, b: str, segmenter: Cutter | None = None) -> bool:
     """Do the turns ask the same frame about another subject: their words the same but for one
     span each, the spans sharing no word and each naming a subject?"""
-    ta, tb = _words(a, segmenter), _words(b, segmenter)
+    ta = [stem(w) for w in words(a, segmenter)]
+    tb = [stem(w) for w in words(b, segmenter)]
     head, tail = _frame(ta, tb)
     mid_a, mid_b = ta[head : len(ta) - tail], tb[head : len(tb) - tail]
     if not mid_a or not mid_b or max(len(mid_a), len(mid_b)) > SLOT_MAX_WORDS:
