@@ -10,7 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from proxy.tools.datasets.dialogues import crosswoz_dialogues, gecor_followups, kvret_rewrites, mtbench_followups
+from proxy.tools.datasets.dialogues import (
+    crosswoz_dialogues,
+    gecor_followups,
+    gecor_openings,
+    kvret_rewrites,
+    mtbench_followups,
+)
 from proxy.tools.datasets.pairs import pawsx_pairs, qqp_pairs, zh_calib_pairs
 from proxy.tools.datasets.probes import realtime_probes
 from proxy.tools.datasets.traces import Conversation, consistent, write_traces
@@ -25,15 +31,19 @@ CONVERTERS: Mapping[str, Callable[[Path, random.Random, int], list[Conversation]
         "crosswoz_dialogues": crosswoz_dialogues,
         "mtbench_followups": mtbench_followups,
         "realtime_probes": realtime_probes,
+        "gecor_openings": gecor_openings,
     }
 )
+# the calibration set (the default): gecor_openings measures one risk, cross-session openings of
+# task dialogues, and is asked for by name, so the calibrated policies' traces stay as they were
+DEFAULT_NAMES: tuple[str, ...] = tuple(n for n in CONVERTERS if n != "gecor_openings")
 
 
 def build_traces(
     data_dir: Path, *, names: Sequence[str] | None = None, seed: int = 20261129, limit: int = 300
 ) -> list[Conversation]:
     """Each converter draws from its own generator (seed and name), so a subset gives the same rows."""
-    chosen = list(names) if names is not None else list(CONVERTERS)
+    chosen = list(names) if names is not None else list(DEFAULT_NAMES)
     unknown = [n for n in chosen if n not in CONVERTERS]
     if unknown:
         raise ValueError(f"unknown converter(s) {unknown}; choose from {sorted(CONVERTERS)}")
@@ -48,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m proxy.tools.datasets", description="Replay traces from ../shared/data."
     )
     ap.add_argument("out", type=Path, help="output JSONL")
-    ap.add_argument("--names", nargs="+", choices=sorted(CONVERTERS), help="converters (default: all)")
+    ap.add_argument(
+        "--names", nargs="+", choices=sorted(CONVERTERS), help="converters (default: all but gecor_openings)"
+    )
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--limit", type=int, default=300, help="conversations per converter at most")
     ap.add_argument("--data-dir", type=Path, default=Path("../shared/data"))

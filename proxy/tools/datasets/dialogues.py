@@ -1,5 +1,5 @@
-"""Multi-turn converters: GECOR follow-ups, KVRET rewrites, CrossWOZ dialogues, MT-Bench
-follow-ups. Dialogues the shipped pair verifier mined training pairs from are left out."""
+"""Multi-turn converters: GECOR follow-ups and openings, KVRET rewrites, CrossWOZ dialogues,
+MT-Bench follow-ups. Dialogues the shipped pair verifier mined training pairs from are left out."""
 
 from __future__ import annotations
 
@@ -63,6 +63,33 @@ def gecor_followups(data_dir: Path, rng: random.Random, limit: int) -> list[Conv
                 draft.ask(target["usr"]["transcript_complete"], key=k)
             out.append(draft.done(f"camrest-{gi}-{ri}", "camrest_followup", "cal-camrest"))
     return consistent(out)[:limit]
+
+
+def gecor_openings(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:
+    """CamRest676 openings across sessions: each dialogue's first two turns, a session of its own in
+    one tenant, keyed by its own words. Many ask for a restaurant under nearly the same constraints
+    and were answered with another venue or question, so a reworded opening served another
+    dialogue's answer counts as false, as the replay harness's CamRest conversations count it."""
+    dials = json.loads((data_dir / "gecor_camrest676" / "CamRest676_annotated.json").read_text(encoding="utf-8"))
+    held, trained = held_out(data_dir), verifier_trained_dialogue()
+    picks = []
+    for di, d in enumerate(dials):
+        users = [norm_text(t["usr"]["transcript"]) for t in d["dial"][:2]]
+        if (
+            len(users) == 2
+            and tuple(users) not in held.openings
+            and users[0] not in held.texts
+            and not trained(f"gecor:{di}")
+        ):
+            picks.append(di)
+    rng.shuffle(picks)
+    out: list[Conversation] = []
+    for di in picks[:limit]:
+        draft = Draft(EN_SYSTEM)
+        for t in dials[di]["dial"][:2]:
+            draft.ask(t["usr"]["transcript"], answer=t["sys"]["sent"])
+        out.append(draft.done(f"camopen-{di}", "camrest_opening", "cal-camopen"))
+    return consistent(out)
 
 
 def _kvret_records(dials: list[dict[str, Any]], held: HeldOut) -> list[tuple[int, int]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tools.datasets.build import CONVERTERS, build_traces, main
+from proxy.tools.datasets.build import CONVERTERS, DEFAULT_NAMES, build_traces, main
 from proxy.tools.datasets.traces import (
     Conversation,
     TraceError,
@@ -27,6 +27,7 @@ SOURCES = {  # converter -> the categories it may emit (each names its data)
     "pawsx_pairs": {"pawsx_session", "pawsx_tenant"},
     "zh_calib_pairs": {"zh_calib_session", "zh_calib_tenant"},
     "gecor_followups": {"camrest_followup"},
+    "gecor_openings": {"camrest_opening"},
     "kvret_rewrites": {"kvret_rewrite"},
     "crosswoz_dialogues": {"crosswoz_dialogue", "crosswoz_repeat"},
     "mtbench_followups": {"mtbench_en", "mtbench_zh", "mtbench101"},
@@ -45,6 +46,24 @@ def small() -> dict[str, list[Conversation]]:
 
 def test_every_converter_is_listed() -> None:
     assert set(CONVERTERS) == set(SOURCES)
+
+
+@pytest.mark.slow  # reads the evaluation data in full
+def test_openings_are_one_dialogue_each_keyed_by_their_own_words() -> None:
+    convs = CONVERTERS["gecor_openings"](DATA, random.Random(3), 300)
+    assert len({c.id for c in convs}) == len(convs) and len({c.tenant for c in convs}) == 1
+    assert all(len(c.turns) == 2 for c in convs)
+    # a reworded opening is another key: only the same words asked again share one
+    by_key: dict[str, set[str]] = {}
+    for c in convs:
+        by_key.setdefault(c.turns[0].key, set()).add(norm(c.turns[0].user))
+    assert all(len(texts) == 1 for texts in by_key.values())
+    assert len(by_key) > len(convs) // 2
+
+
+def test_the_default_build_leaves_the_openings_out() -> None:
+    # the calibrated policies were fitted on the default build: a new converter must not change it
+    assert set(DEFAULT_NAMES) == set(CONVERTERS) - {"gecor_openings"}
 
 
 @pytest.mark.slow  # reads the evaluation data in full
@@ -115,7 +134,7 @@ def test_dialogue_converters_skip_the_dialogues_the_shipped_verifier_mined() -> 
     for miner in MINED_SETS.values():
         list(miner(DATA, keep, random.Random(0)))
     assert sum(openings.values()) > 500  # the split is real: most dialogues are training dialogues
-    for name in ("gecor_followups", "kvret_rewrites", "crosswoz_dialogues"):
+    for name in ("gecor_followups", "gecor_openings", "kvret_rewrites", "crosswoz_dialogues"):
         convs = CONVERTERS[name](DATA, random.Random(1), 90)
         assert len(convs) >= 30, name
         seen = [tuple(norm(t.user) for t in c.turns[:2]) for c in convs if len(c.turns) >= 2]
@@ -138,6 +157,9 @@ def test_converters_skip_rows_the_dev_traces_use() -> None:
     assert not {tuple(norm(t.user) for t in c.turns[:2]) for c in camrest} & openings
     kvret = CONVERTERS["kvret_rewrites"](DATA, random.Random(1), 300)
     assert len(kvret) >= 30
+    opened = CONVERTERS["gecor_openings"](DATA, random.Random(1), 300)
+    assert len(opened) >= 100
+    assert not {norm(c.turns[0].user) for c in opened} & {users[0] for users in dev_convs}
     assert not {norm(c.turns[-1].user) for c in kvret} & dev  # the paraphrases and gold rewrites
 
 
