@@ -25,15 +25,27 @@ from proxy.tools.datasets.traces import (
 # --- multi-turn sets --------------------------------------------------------------------------
 
 
-def _gecor_groups(dials: list[dict[str, Any]], held: HeldOut) -> dict[str, list[tuple[int, int]]]:
-    """Elliptical follow-up text -> (dialogue, turn) whose complete forms differ, one per form."""
-    groups: dict[str, dict[str, tuple[int, int]]] = {}
+Dialogue = tuple[list[dict[str, Any]], list[str]]  # CamRest676's turns, and its user turns normalised
+
+
+def _camrest(data_dir: Path, held: HeldOut) -> dict[int, Dialogue]:
+    """CamRest676's dialogues by index, less those the dev traces open with and those the shipped
+    verifier mined."""
+    dials = json.loads((data_dir / "gecor_camrest676" / "CamRest676_annotated.json").read_text(encoding="utf-8"))
     trained = verifier_trained_dialogue()
+    out: dict[int, Dialogue] = {}
     for di, d in enumerate(dials):
         users = [norm_text(t["usr"]["transcript"]) for t in d["dial"]]
-        if tuple(users[:2]) in held.openings or trained(f"gecor:{di}"):
-            continue
-        for ti, t in enumerate(d["dial"][1:], 1):
+        if tuple(users[:2]) not in held.openings and not trained(f"gecor:{di}"):
+            out[di] = (d["dial"], users)
+    return out
+
+
+def _gecor_groups(dials: dict[int, Dialogue]) -> dict[str, list[tuple[int, int]]]:
+    """Elliptical follow-up text -> (dialogue, turn) whose complete forms differ, one per form."""
+    groups: dict[str, dict[str, tuple[int, int]]] = {}
+    for di, (turns, users) in dials.items():
+        for ti, t in enumerate(turns[1:], 1):
             raw, full = users[ti], norm_text(t["usr"].get("transcript_complete") or "")
             if raw and full and raw != full:
                 groups.setdefault(raw, {}).setdefault(full, (di, ti))
@@ -43,8 +55,8 @@ def _gecor_groups(dials: list[dict[str, Any]], held: HeldOut) -> dict[str, list[
 def gecor_followups(data_dir: Path, rng: random.Random, limit: int) -> list[Conversation]:
     """The same elliptical follow-up after different CamRest676 dialogues (different keys); half of
     them then restate its complete form in the same conversation (same key)."""
-    dials = json.loads((data_dir / "gecor_camrest676" / "CamRest676_annotated.json").read_text(encoding="utf-8"))
-    groups = _gecor_groups(dials, held_out(data_dir))
+    dials = _camrest(data_dir, held_out(data_dir))
+    groups = _gecor_groups(dials)
     names = sorted(groups)
     rng.shuffle(names)
     used: set[int] = set()
@@ -54,10 +66,11 @@ def gecor_followups(data_dir: Path, rng: random.Random, limit: int) -> list[Conv
         rng.shuffle(picks)
         for ri, (di, ti) in enumerate(picks[:6] if len(picks) >= 2 else []):
             used.add(di)
+            turns = dials[di][0]
             draft = Draft(EN_SYSTEM)
-            for t in dials[di]["dial"][:ti]:
+            for t in turns[:ti]:
                 draft.ask(t["usr"]["transcript"], answer=t["sys"]["sent"])
-            target = dials[di]["dial"][ti]
+            target = turns[ti]
             k = draft.ask(target["usr"]["transcript"], answer=target["sys"]["sent"])
             if rng.random() < 0.5:
                 draft.ask(target["usr"]["transcript_complete"], key=k)
@@ -70,23 +83,14 @@ def gecor_openings(data_dir: Path, rng: random.Random, limit: int) -> list[Conve
     one tenant, keyed by its own words. Many ask for a restaurant under nearly the same constraints
     and were answered with another venue or question, so a reworded opening served another
     dialogue's answer counts as false, as the replay harness's CamRest conversations count it."""
-    dials = json.loads((data_dir / "gecor_camrest676" / "CamRest676_annotated.json").read_text(encoding="utf-8"))
-    held, trained = held_out(data_dir), verifier_trained_dialogue()
-    picks = []
-    for di, d in enumerate(dials):
-        users = [norm_text(t["usr"]["transcript"]) for t in d["dial"][:2]]
-        if (
-            len(users) == 2
-            and tuple(users) not in held.openings
-            and users[0] not in held.texts
-            and not trained(f"gecor:{di}")
-        ):
-            picks.append(di)
+    held = held_out(data_dir)
+    dials = _camrest(data_dir, held)
+    picks = [di for di, (_, users) in dials.items() if len(users) >= 2 and users[0] not in held.texts]
     rng.shuffle(picks)
     out: list[Conversation] = []
     for di in picks[:limit]:
         draft = Draft(EN_SYSTEM)
-        for t in dials[di]["dial"][:2]:
+        for t in dials[di][0][:2]:
             draft.ask(t["usr"]["transcript"], answer=t["sys"]["sent"])
         out.append(draft.done(f"camopen-{di}", "camrest_opening", "cal-camopen"))
     return consistent(out)
